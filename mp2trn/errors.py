@@ -1,0 +1,44 @@
+"""The one exception hierarchy of mp2trn.
+
+Every error a user can cause (bad input, an SCF that does not converge, too little memory, a device that
+is not installed, a kernel that breaks a Trainium rule) is a subclass of :class:`Mp2trnError`. The CLI
+prints ``str(err)`` on one line and exits with ``err.exit_code``.
+"""
+
+from __future__ import annotations
+
+
+class Mp2trnError(Exception):
+    """Base class of all mp2trn errors."""
+
+    exit_code: int = 1
+
+
+class InputError(Mp2trnError, ValueError):
+    """Malformed XYZ, unknown element or basis, impossible charge/multiplicity, bad option."""
+
+    exit_code = 2
+
+
+class ConvergenceError(Mp2trnError):
+    """The SCF did not converge; no MP2 is computed on top of it."""
+
+    exit_code = 3
+
+
+class ResourceError(Mp2trnError, MemoryError):
+    """The memory budget (``--memory``) is too small for the smallest block of work."""
+
+    exit_code = 4
+
+
+class DeviceUnavailableError(Mp2trnError):
+    """The requested device/backend is not installed or not present. Never silently replaced."""
+
+    exit_code = 5
+
+
+class KernelConstraintError(Mp2trnError):
+    """A kernel launch broke a hardware rule (tile limits, SBUF/PSUM capacity, dtype rules)."""
+
+    exit_code = 6
