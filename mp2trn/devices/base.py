@@ -1,0 +1,85 @@
+"""The small interface every device implements: three tensor stages of DF-MP2.
+
+The host (``mp2trn.transform`` / ``mp2trn.energy``) owns blocking, storage and the fp64 sums over
+pairs; a device only does the heavy tensor work on blocks it is handed:
+
+1. ``ao_to_mo``:  (P|μν) block → (P|ia) block            (two AO→MO half-transforms)
+2. ``metric_solve``: (P|ia) → B = L⁻¹ (P|ia)             (L: lower Cholesky factor of the metric)
+3. ``pair_energies``: B blocks of occupied orbitals I, J → per-pair opposite-spin and exchange sums
+
+Arrays cross the interface as NumPy arrays on the host. Layout: the auxiliary index is leading
+(``B[Q, i, a]``), which is the contraction axis of the pair step and maps onto Trainium's partition dim.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+PRECISIONS = ("fp64", "fp32")
+
+
+class Device(ABC):
+    """A backend that runs the tensor stages. ``name`` is what the user asked for and what ran."""
+
+    name: str = "abstract"
+    precision: str = "fp64"
+    #: precisions this device accepts (first = default)
+    supported_precisions: tuple[str, ...] = ("fp64", "fp32")
+
+    @property
+    def storage_dtype(self) -> np.dtype:
+        """dtype in which the host stores (P|ia) and B between stages."""
+        return np.dtype(np.float32 if self.precision == "fp32" else np.float64)
+
+    def describe(self) -> dict[str, Any]:
+        """What actually ran: device name, precision and backend details (for output and JSON)."""
+        return {"device": self.name, "precision": self.precision}
+
+    @abstractmethod
+    def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
+        """Transform an AO block.
+
+        ao: (p, nao, nao) 3-index integrals (P|μν) for p auxiliary functions, symmetric in μν.
+        c_occ: (nao, no), c_vir: (nao, nv) MO coefficients.
+        Returns (p, no, nv) = Σ_μν C_μi (P|μν) C_νa in ``storage_dtype``.
+        """
+
+    @abstractmethod
+    def metric_solve(self, l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Solve L B = V for B.
+
+        l_chol: (naux, naux) lower-triangular Cholesky factor of the Coulomb metric (fp64).
+        v: (naux, n) columns of (P|ia). Returns B (naux, n) in ``storage_dtype``; may overwrite ``v``.
+        """
+
+    @abstractmethod
+    def pair_energies(
+        self,
+        b_i: np.ndarray,
+        b_j: np.ndarray | None,
+        e_i: np.ndarray,
+        e_j: np.ndarray,
+        ev_a: np.ndarray,
+        ev_b: np.ndarray,
+        exchange: bool,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per-pair MP2 sums for a block of occupied pairs (Hartree).
+
+        b_i: (naux, ni, nva), b_j: (naux, nj, nvb), or ``None`` meaning "the same block as b_i", in
+        which case only pairs i ≤ j are computed (entries with i > j are returned as 0).
+        e_i (ni,), e_j (nj,): occupied orbital energies; ev_a (nva,), ev_b (nvb,): virtual energies.
+        With T_ab = Σ_Q B_Q,ia B_Q,jb and D_ab = e_i + e_j − ev_a − ev_b:
+          os[i, j] = Σ_ab T_ab² / D_ab
+          x[i, j]  = Σ_ab T_ab T_ba / D_ab   (only when ``exchange``; same-spin blocks, nva == nvb)
+        Returns float64 arrays (ni, nj) (x is None without ``exchange``).
+        """
+
+    def cost_report(self) -> dict[str, Any] | None:
+        """Modeled accelerator cost of everything run so far (NKI devices); None for cpu/cuda."""
+        return None
+
+    def close(self) -> None:
+        """Release device resources."""

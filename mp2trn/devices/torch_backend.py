@@ -1,0 +1,89 @@
+"""``cuda``: the PyTorch backend (an optional extra: ``pip install mp2trn[cuda]``).
+
+The backend takes any torch device, so the very same code runs on an NVIDIA GPU (``cuda``) and, in
+CI, on the CPU build of torch. Blocks are moved to the device once per call; per-pair sums are
+reduced on the device in fp64 and copied back as (ni, nj) arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceUnavailableError
+from .base import Device
+
+
+def import_torch():
+    """Import torch or raise DeviceUnavailableError naming what to install."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        raise DeviceUnavailableError(
+            "device 'cuda' needs PyTorch, which is not installed: pip install 'mp2trn[cuda]'"
+        ) from None
+    return torch
+
+
+class TorchDevice(Device):
+    """PyTorch device. ``torch_device`` is e.g. "cuda", "cuda:1" or "cpu" (CI)."""
+
+    supported_precisions = ("fp64", "fp32")
+
+    def __init__(self, precision: str = "fp64", torch_device: str = "cuda"):
+        torch = import_torch()
+        self.torch = torch
+        self.precision = precision
+        dev = torch.device(torch_device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise DeviceUnavailableError(
+                f"device '{torch_device}' asked for, but torch {torch.__version__} sees no CUDA GPU "
+                "(install a CUDA build of PyTorch on a machine with an NVIDIA GPU, or use --device cpu)"
+            )
+        self.device = dev
+        self.name = "cuda" if dev.type == "cuda" else f"torch-{dev.type}"
+        self._tdtype = torch.float32 if precision == "fp32" else torch.float64
+
+    def describe(self) -> dict[str, Any]:
+        info = {"device": self.name, "precision": self.precision, "backend": f"torch {self.torch.__version__}"}
+        if self.device.type == "cuda":
+            info["gpu"] = self.torch.cuda.get_device_name(self.device)
+        return info
+
+    def _t(self, a: np.ndarray):
+        return self.torch.as_tensor(np.asarray(a), device=self.device).to(self._tdtype)
+
+    def ao_to_mo(self, ao, c_occ, c_vir):
+        p, nao, _ = ao.shape
+        half = (self._t(ao).reshape(p * nao, nao) @ self._t(c_occ)).reshape(p, nao, -1)
+        out = self.torch.matmul(half.transpose(1, 2), self._t(c_vir))
+        return out.cpu().numpy().astype(self.storage_dtype, copy=False)
+
+    def metric_solve(self, l_chol, v):
+        b = self.torch.linalg.solve_triangular(self._t(l_chol), self._t(v), upper=False)
+        return b.cpu().numpy().astype(self.storage_dtype, copy=False)
+
+    def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
+        torch = self.torch
+        same = b_j is None
+        naux, ni, nva = b_i.shape
+        x_i = self._t(b_i).reshape(naux, ni * nva)
+        e_i_t, e_j_t = self._t(e_i), self._t(e_j)
+        if same:
+            ev_b = ev_a
+        e_ab = self._t(ev_a)[:, None] + self._t(ev_b)[None, :]
+        nj = ni if same else b_j.shape[1]
+        os_ = torch.zeros((ni, nj), dtype=torch.float64, device=self.device)
+        xx = torch.zeros_like(os_) if exchange else None
+        x_j = x_i if same else self._t(b_j).reshape(naux, -1)
+        for i in range(ni):
+            j0 = i if same else 0
+            rows = x_i[:, i * nva : (i + 1) * nva]
+            nvb = e_ab.shape[1]
+            m = (rows.T @ x_j[:, j0 * nvb :]).reshape(nva, nj - j0, nvb)
+            w = m / (e_i_t[i] + e_j_t[j0:][None, :, None] - e_ab[:, None, :])
+            os_[i, j0:] = torch.einsum("ajb,ajb->j", w, m).to(torch.float64)
+            if exchange:
+                xx[i, j0:] = torch.einsum("ajb,bja->j", w, m).to(torch.float64)
+        return os_.cpu().numpy(), None if xx is None else xx.cpu().numpy()

@@ -1,0 +1,94 @@
+"""Density-fitting integrals: the MP2 auxiliary basis, the Coulomb metric and its Cholesky factor, and
+3-index AO integrals (P|μν) generated in blocks of auxiliary shells that fit the memory budget.
+
+The MP2 aux basis is always explicit: the default is ``make_auxbasis(mol, mp2fit=True)`` (cc-pVXZ-RI,
+def2-XXX-RI, ...), never silently the JK-fit basis of the SCF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+from pyscf import df, gto
+
+from .errors import InputError
+
+
+def resolve_auxbasis(mol: gto.Mole, auxbasis: str | dict | None) -> str | dict:
+    """The MP2-fit aux basis: the one given, else PySCF's RI partner of the orbital basis."""
+    if auxbasis:
+        return auxbasis
+    return df.make_auxbasis(mol, mp2fit=True)
+
+
+def describe_basis(basis: str | dict) -> str:
+    """A short printable name: 'cc-pvdz-ri', or 'O:cc-pvdz-ri, H:cc-pvdz-ri' when per element."""
+    if isinstance(basis, dict):
+        names = sorted({str(v) for v in basis.values()})
+        return names[0] if len(names) == 1 else ", ".join(f"{k}:{v}" for k, v in sorted(basis.items()))
+    return str(basis)
+
+
+@dataclass
+class DFIntegrals:
+    """Auxiliary molecule, metric Cholesky factor L (J = L Lᵀ, fp64) and an AO-block generator."""
+
+    mol: gto.Mole
+    auxmol: gto.Mole
+    auxbasis: str | dict
+    l_chol: np.ndarray  # (naux, naux) lower triangular
+
+    @property
+    def naux(self) -> int:
+        return self.auxmol.nao_nr()
+
+    @property
+    def max_aux_shell(self) -> int:
+        """Functions in the largest auxiliary shell (the smallest possible AO block)."""
+        loc = self.auxmol.ao_loc_nr()
+        return int(np.max(np.diff(loc)))
+
+    def ao_blocks(self, max_functions: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Yield (p0, p1, (P|μν) of shape (p1−p0, nao, nao)) over aux shells, ≤ max_functions each."""
+        mol, auxmol = self.mol, self.auxmol
+        pmol = mol + auxmol
+        loc = auxmol.ao_loc_nr()
+        nbas = mol.nbas
+        for s0, s1 in _shell_ranges(loc, max_functions):
+            ints = pmol.intor("int3c2e", aosym="s1", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1))
+            # PySCF returns (nao, nao, p) in Fortran order, i.e. (p, nao, nao) in C order
+            yield int(loc[s0]), int(loc[s1]), ints.T
+
+
+def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
+    """Make the aux molecule and the Cholesky factor of its Coulomb metric (P|Q)."""
+    aux = resolve_auxbasis(mol, auxbasis)
+    try:
+        auxmol = df.addons.make_auxmol(mol, aux)
+    except Exception as exc:  # PySCF raises KeyError/RuntimeError/BasisNotFoundError variously
+        raise InputError(f"auxiliary basis {describe_basis(aux)!r} is not usable for this molecule: {exc}") from None
+    if auxmol.nao_nr() == 0:
+        raise InputError(f"auxiliary basis {describe_basis(aux)!r} has no functions for this molecule")
+    metric = auxmol.intor("int2c2e", hermi=1)
+    try:
+        l_chol = scipy.linalg.cholesky(metric, lower=True)
+    except np.linalg.LinAlgError:
+        raise InputError(
+            f"the Coulomb metric of aux basis {describe_basis(aux)!r} is not positive definite "
+            "(linearly dependent auxiliary functions, e.g. atoms too close); choose another --auxbasis"
+        ) from None
+    return DFIntegrals(mol, auxmol, aux, l_chol)
+
+
+def _shell_ranges(ao_loc: np.ndarray, max_functions: int) -> Iterator[tuple[int, int]]:
+    nshell = len(ao_loc) - 1
+    s0 = 0
+    while s0 < nshell:
+        s1 = s0 + 1
+        while s1 < nshell and ao_loc[s1 + 1] - ao_loc[s0] <= max_functions:
+            s1 += 1
+        yield s0, s1
+        s0 = s1

@@ -1,0 +1,121 @@
+"""Memory budget and block sizes.
+
+The budget (MB, 10⁶ bytes) is ``--memory``, else ``PYSCF_MAX_MEMORY``, else 60 % of the memory the
+machine has available. The plan chooses how many auxiliary functions go into one AO-integral block,
+how many occupied orbitals into one pair block, and whether the (P|ia)/B tensors stay in memory or
+go to a temporary HDF5 file. A budget too small for the smallest block is a ResourceError raised
+before any heavy work.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from .errors import InputError, ResourceError
+
+MB = 1e6
+# keep this share of the budget for PySCF, Python and small temporaries
+_RESERVE = 0.15
+# B tensors stay in memory when they use at most this share of the budget
+_INCORE_SHARE = 0.45
+# past this many rows (ni·nv) a pair-block GEMM gains nothing and the T block only costs memory
+_MAX_PAIR_ROWS = 4096
+
+
+def default_memory_mb() -> float:
+    """PYSCF_MAX_MEMORY if set, else 60 % of available RAM (MB)."""
+    env = os.environ.get("PYSCF_MAX_MEMORY")
+    if env:
+        try:
+            return float(env)
+        except ValueError:
+            raise InputError(f"PYSCF_MAX_MEMORY={env!r} is not a number of MB") from None
+    return 0.6 * _available_bytes() / MB
+
+
+def _available_bytes() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 4e9
+
+
+@dataclass(frozen=True)
+class SpinShape:
+    """Active orbital counts of one spin channel."""
+
+    nocc: int
+    nvir: int
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """Block sizes for one run (itemsize: bytes per stored element)."""
+
+    budget_mb: float
+    aux_block: int  # aux functions per AO-integral block
+    occ_block: int  # occupied orbitals per pair block
+    metric_cols: int  # columns of (P|ia) per metric solve when out of core
+    incore: bool  # B tensors in memory (else a temporary HDF5 file)
+    b_tensor_mb: float  # size of all B tensors
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_blocks(
+    nao: int, naux: int, spins: list[SpinShape], max_aux_shell: int, budget_mb: float, itemsize: int = 8
+) -> BlockPlan:
+    """Choose block sizes that fit ``budget_mb``; raise ResourceError if nothing fits."""
+    if budget_mb <= 0:
+        raise InputError(f"memory budget must be positive, got {budget_mb} MB")
+    budget = budget_mb * MB * (1 - _RESERVE)
+    fixed = 2 * naux * naux * 8  # metric and its Cholesky factor (fp64)
+    b_bytes = sum(naux * s.nocc * s.nvir * itemsize for s in spins)
+    free = budget - fixed
+    if free <= 0:
+        raise ResourceError(
+            f"memory budget {budget_mb:.0f} MB is too small: the auxiliary metric alone needs "
+            f"{fixed / MB:.0f} MB; raise --memory"
+        )
+    incore = b_bytes <= _INCORE_SHARE * free
+    if incore:
+        free -= b_bytes
+    nocc_max = max(s.nocc for s in spins)
+    nvir_max = max(s.nvir for s in spins)
+
+    # one AO block: (P|μν) fp64 (+ PySCF's own buffer), half-transformed (P|μi), result (P|ia)
+    per_aux = 2 * nao * nao * 8 + nao * nocc_max * 8 + nocc_max * nvir_max * (8 + itemsize)
+    aux_block = int(free // per_aux)
+    if aux_block < max_aux_shell:
+        need = max_aux_shell * per_aux + (0 if incore else 0)
+        raise ResourceError(
+            f"memory budget {budget_mb:.0f} MB is too small for one block of AO integrals "
+            f"({need / MB + fixed / MB:.0f} MB needed at least); raise --memory"
+        )
+    aux_block = min(aux_block, naux)
+
+    # one pair block: B_I and B_J (+ working copies) and the T block ni·nv × nj·nv
+    def pair_bytes(n: int) -> float:
+        return 4 * naux * n * nvir_max * itemsize + 2 * (n * nvir_max) ** 2 * itemsize
+
+    occ_block = 0
+    while occ_block < nocc_max and pair_bytes(occ_block + 1) <= free and (occ_block + 1) * nvir_max <= _MAX_PAIR_ROWS:
+        occ_block += 1
+    if occ_block == 0 and pair_bytes(1) <= free:
+        occ_block = 1
+    if occ_block == 0:
+        raise ResourceError(
+            f"memory budget {budget_mb:.0f} MB is too small for one pair block "
+            f"({(pair_bytes(1) + fixed) / MB:.0f} MB needed at least); raise --memory"
+        )
+    metric_cols = max(1, int(free // (3 * naux * itemsize)))
+    return BlockPlan(budget_mb, aux_block, occ_block, metric_cols, incore, b_bytes / MB)

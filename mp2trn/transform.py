@@ -1,0 +1,127 @@
+"""Transform step: (P|μν) → (P|ia) → B = L⁻¹ (P|ia), per spin channel.
+
+B is stored aux-major as a 2-D array ``(naux, nocc·nvir)`` (B[Q, i·nvir + a]), in memory or, when the
+plan says it does not fit, in a temporary HDF5 file. The device does the GEMMs and the triangular
+solve; this module owns the blocking and the storage.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from .devices.base import Device
+from .df import DFIntegrals
+from .memory import BlockPlan
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class SpinOrbitals:
+    """Active orbitals of one spin channel: coefficients (nao, n) and energies (Hartree)."""
+
+    label: str  # "" (RHF), "alpha" or "beta"
+    c_occ: np.ndarray
+    c_vir: np.ndarray
+    e_occ: np.ndarray
+    e_vir: np.ndarray
+
+    @property
+    def nocc(self) -> int:
+        return self.c_occ.shape[1]
+
+    @property
+    def nvir(self) -> int:
+        return self.c_vir.shape[1]
+
+
+class BStore:
+    """Holds one 2-D (naux, nocc·nvir) array per spin: NumPy in memory or datasets in a temp HDF5."""
+
+    def __init__(self, naux: int, spins: list[SpinOrbitals], dtype: np.dtype, incore: bool, tmpdir: str | None = None):
+        self.incore = incore
+        self._file = None
+        self._path = None
+        self.arrays: list = []
+        if incore:
+            self.arrays = [np.empty((naux, s.nocc * s.nvir), dtype=dtype) for s in spins]
+        else:
+            fd, self._path = tempfile.mkstemp(prefix="mp2trn-B-", suffix=".h5", dir=tmpdir)
+            os.close(fd)
+            self._file = h5py.File(self._path, "w")
+            for k, s in enumerate(spins):
+                n = s.nocc * s.nvir
+                chunk = (min(naux, 64), min(n, max(s.nvir, 4096)))
+                self.arrays.append(self._file.create_dataset(f"B{k}", (naux, n), dtype=dtype, chunks=chunk))
+
+    def occ_block(self, spin: int, nvir: int, i0: int, i1: int) -> np.ndarray:
+        """B for occupied orbitals i0:i1 as (naux, i1−i0, nvir) (a view when in memory)."""
+        arr = self.arrays[spin]
+        block = arr[:, i0 * nvir : i1 * nvir]
+        block = np.asarray(block)
+        return block.reshape(block.shape[0], i1 - i0, nvir)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._path and os.path.exists(self._path):
+            os.remove(self._path)
+        self.arrays = []
+
+    def __enter__(self) -> BStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def build_b(
+    dfi: DFIntegrals,
+    spins: list[SpinOrbitals],
+    device: Device,
+    plan: BlockPlan,
+    store: BStore,
+    progress: Progress | None = None,
+) -> dict[str, float]:
+    """Fill ``store`` with B for every spin. Returns stage wall times (s): 'ao_to_mo', 'metric'."""
+    import time
+
+    naux = dfi.naux
+    t0 = time.perf_counter()
+    nblocks = _count_blocks(dfi, plan.aux_block)
+    for k, (p0, p1, ao) in enumerate(dfi.ao_blocks(plan.aux_block)):
+        for s, orb in enumerate(spins):
+            v = device.ao_to_mo(ao, orb.c_occ, orb.c_vir)
+            store.arrays[s][p0:p1] = v.reshape(p1 - p0, -1)
+        if progress:
+            progress("ao_to_mo", k + 1, nblocks)
+    t1 = time.perf_counter()
+    for s, _orb in enumerate(spins):
+        arr = store.arrays[s]
+        if store.incore:
+            arr[...] = device.metric_solve(dfi.l_chol, arr)
+            if progress:
+                progress("metric", s + 1, len(spins))
+        else:
+            ncol = arr.shape[1]
+            step = max(1, plan.metric_cols)
+            for c0 in range(0, ncol, step):
+                c1 = min(ncol, c0 + step)
+                arr[:, c0:c1] = device.metric_solve(dfi.l_chol, np.asarray(arr[:, c0:c1]))
+                if progress:
+                    progress("metric", c1, ncol)
+    assert naux == store.arrays[0].shape[0]
+    return {"ao_to_mo": t1 - t0, "metric": time.perf_counter() - t1}
+
+
+def _count_blocks(dfi: DFIntegrals, max_functions: int) -> int:
+    from .df import _shell_ranges
+
+    return sum(1 for _ in _shell_ranges(dfi.auxmol.ao_loc_nr(), max_functions))
