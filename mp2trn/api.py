@@ -285,5 +285,6 @@ def run(
         pt.what_ran_extra = {"jkbasis": describe_basis(jk_auxbasis(mol, jkbasis))}
     pt.run()
     result = pt.result
+    result.timings = {"scf": t_scf, **{k: v for k, v in result.timings.items() if k != "scf"}}
     result.timings["total"] = result.timings["mp2"] + t_scf
     return result
