@@ -326,3 +326,8 @@ def _nki_status() -> str:
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
+
+
+# Commands defined in their own modules register themselves on `app` when imported.
+from . import bench as _bench_commands  # noqa: E402,F401
+from . import validate as _validate_commands  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""`mp2trn bench` (being written; see issue 2)."""
