@@ -259,6 +259,7 @@ def run(
     scf_df: bool = True,
     jkbasis: str | None = None,
     conv_tol: float = 1e-10,
+    max_cycle: int = 100,
     device: str | Device = "cpu",
     precision: str | None = None,
     memory: float | None = None,
@@ -276,7 +277,7 @@ def run(
     if memory is not None:
         mol.max_memory = memory
     t0 = time.perf_counter()
-    mf = run_scf(mol, ScfOptions(density_fit=scf_df, jkbasis=jkbasis, conv_tol=conv_tol))
+    mf = run_scf(mol, ScfOptions(density_fit=scf_df, jkbasis=jkbasis, conv_tol=conv_tol, max_cycle=max_cycle))
     t_scf = time.perf_counter() - t0
     pt = DFMP2(mf, auxbasis=auxbasis, frozen=frozen, device=device_obj, max_memory=memory,
                progress=progress, keep_pair_energies=keep_pair_energies)

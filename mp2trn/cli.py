@@ -145,12 +145,15 @@ def run_options(
     precision: Optional[str],
     memory: Optional[float],
     target: Optional[Target],
+    max_cycle: int = 100,
 ) -> dict[str, Any]:
     """The keyword arguments of ``mp2trn.run`` from CLI flags (shared with other commands)."""
     if memory is not None and memory <= 0:
         raise InputError(f"--memory must be a positive number of MB, got {memory}")
     if conv_tol <= 0:
         raise InputError(f"--conv-tol must be positive, got {conv_tol}")
+    if max_cycle < 1:
+        raise InputError(f"--scf-max-cycle must be at least 1, got {max_cycle}")
     device_options = {}
     if target is not None:
         if device.split(":")[0] not in ("sim", "neuron"):
@@ -166,6 +169,7 @@ def run_options(
         scf_df=scf_df,
         jkbasis=jkbasis,
         conv_tol=conv_tol,
+        max_cycle=max_cycle,
         device=device,
         precision=precision,
         memory=memory,
@@ -183,6 +187,7 @@ FrozenOpt = typer.Option("none", "--frozen-core", help="auto (noble-gas cores), 
 ScfDfOpt = typer.Option(True, "--scf-df/--no-scf-df", help="Density-fitted SCF (JK-fit basis) or conventional.")
 JkOpt = typer.Option(None, "--jkbasis", help="JK-fit basis of the SCF (default: PySCF's for --basis).")
 ConvOpt = typer.Option(1e-10, "--conv-tol", help="SCF energy convergence threshold (Eh).")
+MaxCycleOpt = typer.Option(100, "--scf-max-cycle", help="SCF iterations before giving up (an error, never MP2 on top).")
 DeviceOpt = typer.Option("cpu", "--device", "-d", help="cpu, cuda, sim (NKI emulator), neuron, or auto.")
 PrecOpt = typer.Option(None, "--precision", "-p", help="fp64 (cpu/cuda default), fp32, or a device's compensated mode.")
 MemOpt = typer.Option(None, "--memory", help="Memory budget in MB (default: PYSCF_MAX_MEMORY, else 60% of free RAM).")
@@ -204,6 +209,7 @@ def run(
     scf_df: bool = ScfDfOpt,
     jkbasis: Optional[str] = JkOpt,
     conv_tol: float = ConvOpt,
+    max_cycle: int = MaxCycleOpt,
     device: str = DeviceOpt,
     precision: Optional[str] = PrecOpt,
     memory: Optional[float] = MemOpt,
@@ -216,7 +222,7 @@ def run(
 
     check_output_path(json_path)
     opts = run_options(basis, auxbasis, charge, multiplicity, unit, frozen_core, scf_df, jkbasis, conv_tol,
-                       device, precision, memory, target)
+                       device, precision, memory, target, max_cycle)
     with StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
         result = run_mp2(xyz, progress=progress, **opts)
     if json_path is not None:

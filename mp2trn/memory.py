@@ -23,6 +23,11 @@ _INCORE_SHARE = 0.45
 _MAX_PAIR_ROWS = 4096
 
 
+def _mb(nbytes: float) -> str:
+    mb = nbytes / MB
+    return f"{mb:.2f} MB" if mb < 10 else f"{mb:.0f} MB"
+
+
 def default_memory_mb() -> float:
     """PYSCF_MAX_MEMORY if set, else 60 % of available RAM (MB)."""
     env = os.environ.get("PYSCF_MAX_MEMORY")
@@ -78,13 +83,13 @@ def plan_blocks(
     if budget_mb <= 0:
         raise InputError(f"memory budget must be positive, got {budget_mb} MB")
     budget = budget_mb * MB * (1 - _RESERVE)
-    fixed = 2 * naux * naux * 8  # metric and its Cholesky factor (fp64)
+    fixed = naux * naux * 8  # Cholesky factor of the metric (fp64); the metric itself is freed
     b_bytes = sum(naux * s.nocc * s.nvir * itemsize for s in spins)
     free = budget - fixed
     if free <= 0:
         raise ResourceError(
-            f"memory budget {budget_mb:.0f} MB is too small: the auxiliary metric alone needs "
-            f"{fixed / MB:.0f} MB; raise --memory"
+            f"memory budget {_mb(budget_mb * MB)} is too small: the auxiliary metric alone needs "
+            f"{_mb(fixed / (1 - _RESERVE))}; raise --memory"
         )
     incore = b_bytes <= _INCORE_SHARE * free
     if incore:
@@ -96,10 +101,10 @@ def plan_blocks(
     per_aux = 2 * nao * nao * 8 + nao * nocc_max * 8 + nocc_max * nvir_max * (8 + itemsize)
     aux_block = int(free // per_aux)
     if aux_block < max_aux_shell:
-        need = max_aux_shell * per_aux + (0 if incore else 0)
+        need = (max_aux_shell * per_aux + fixed + (b_bytes if incore else 0)) / (1 - _RESERVE)
         raise ResourceError(
-            f"memory budget {budget_mb:.0f} MB is too small for one block of AO integrals "
-            f"({need / MB + fixed / MB:.0f} MB needed at least); raise --memory"
+            f"memory budget {_mb(budget_mb * MB)} is too small for one block of AO integrals "
+            f"({_mb(need)} needed at least); raise --memory"
         )
     aux_block = min(aux_block, naux)
 
@@ -114,8 +119,8 @@ def plan_blocks(
         occ_block = 1
     if occ_block == 0:
         raise ResourceError(
-            f"memory budget {budget_mb:.0f} MB is too small for one pair block "
-            f"({(pair_bytes(1) + fixed) / MB:.0f} MB needed at least); raise --memory"
+            f"memory budget {_mb(budget_mb * MB)} is too small for one pair block "
+            f"({_mb((pair_bytes(1) + fixed + (b_bytes if incore else 0)) / (1 - _RESERVE))} needed at least); raise --memory"
         )
     metric_cols = max(1, int(free // (3 * naux * itemsize)))
     return BlockPlan(budget_mb, aux_block, occ_block, metric_cols, incore, b_bytes / MB)

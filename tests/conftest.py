@@ -1,0 +1,56 @@
+"""Shared fixtures: molecules, SCF objects and PySCF references, cached per session."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+from pyscf import df, gto, scf
+from pyscf.mp import dfmp2, dfump2
+
+ROOT = Path(__file__).resolve().parents[1]
+MOLECULES = ROOT / "molecules"
+
+
+def molecule_path(name: str) -> Path:
+    return MOLECULES / f"{name}.xyz"
+
+
+@functools.lru_cache(maxsize=None)
+def scf_for(name: str, basis: str, density_fit: bool = True):
+    """Converged RHF/UHF for molecules/<name>.xyz (charge/multiplicity from its comment line)."""
+    from mp2trn.molecule import build_mole
+    from mp2trn.scf import ScfOptions, run_scf
+
+    mol = build_mole(molecule_path(name), basis=basis)
+    return run_scf(mol, ScfOptions(density_fit=density_fit))
+
+
+def pyscf_dfmp2(mf, frozen=None, auxbasis=None):
+    """PySCF's DF-MP2 with the MP2-fit aux basis set explicitly (never the SCF's JK basis)."""
+    mol = mf.mol
+    aux = auxbasis or df.make_auxbasis(mol, mp2fit=True)
+    cls = dfump2.DFUMP2 if isinstance(mf, scf.uhf.UHF) else dfmp2.DFMP2
+    ref = cls(mf, frozen=frozen)
+    ref.with_df = df.DF(mol, auxbasis=aux)
+    ref.verbose = 0
+    ref.run()
+    return ref
+
+
+@pytest.fixture(scope="session")
+def water_rhf():
+    return scf_for("water", "cc-pvdz")
+
+
+@pytest.fixture(scope="session")
+def hydroxyl_uhf():
+    return scf_for("hydroxyl", "cc-pvdz")
+
+
+@pytest.fixture
+def water_mol() -> gto.Mole:
+    from mp2trn.molecule import build_mole
+
+    return build_mole(molecule_path("water"), basis="cc-pvdz")

@@ -1,0 +1,65 @@
+"""The memory budget: blocks that fit, B on disk when it does not fit, a clear error when nothing fits."""
+
+from __future__ import annotations
+
+import pytest
+
+import mp2trn
+from mp2trn.errors import ResourceError
+from mp2trn.memory import SpinShape, plan_blocks
+
+from .conftest import scf_for
+
+
+def test_budget_smaller_than_b_tensor_gives_same_energy():
+    mf = scf_for("benzene", "cc-pvdz")
+    full = mp2trn.DFMP2(mf).run()
+    sizes = full.result.sizes
+    b_mb = sizes["naux"] * sizes["nocc"] * sizes["nvir"] * 8 / 1e6
+    budget = 0.7 * b_mb  # smaller than the whole B tensor
+    small = mp2trn.DFMP2(mf, max_memory=budget).run()
+    w = small.result.what_ran
+    assert w["out_of_core"] is True
+    assert w["aux_block"] < sizes["naux"]  # AO integrals came in several blocks
+    assert w["occ_block"] < sizes["nocc"]  # and the pair step in several blocks
+    assert abs(small.e_corr - full.e_corr) <= 1e-10
+    assert abs(small.e_corr_os - full.e_corr_os) <= 1e-10
+
+
+def test_uhf_out_of_core_same_energy(monkeypatch):
+    import mp2trn.memory
+
+    mf = scf_for("oxygen_triplet", "cc-pvdz")
+    full = mp2trn.DFMP2(mf).run()
+    monkeypatch.setattr(mp2trn.memory, "_INCORE_SHARE", 0.0)  # force both spins' B onto disk
+    small = mp2trn.DFMP2(mf, max_memory=50).run()
+    assert small.result.what_ran["out_of_core"] is True
+    assert abs(small.e_corr - full.e_corr) <= 1e-10
+
+
+def test_budget_too_small_is_an_error_before_heavy_work(water_rhf, monkeypatch):
+    import mp2trn.transform as transform
+
+    def must_not_run(*args, **kwargs):  # pragma: no cover - reaching it is the failure
+        raise AssertionError("heavy work started despite an impossible budget")
+
+    monkeypatch.setattr(transform.DFIntegrals, "ao_blocks", must_not_run)
+    with pytest.raises(ResourceError, match="too small.*raise --memory"):
+        mp2trn.DFMP2(water_rhf, max_memory=0.05).run()
+
+
+def test_plan_rejects_metric_that_does_not_fit():
+    with pytest.raises(ResourceError, match="metric"):
+        plan_blocks(nao=500, naux=5000, spins=[SpinShape(50, 450)], max_aux_shell=11, budget_mb=100)
+
+
+def test_plan_keeps_b_in_memory_when_it_fits():
+    plan = plan_blocks(nao=100, naux=400, spins=[SpinShape(10, 90)], max_aux_shell=11, budget_mb=4000)
+    assert plan.incore and plan.aux_block == 400 and plan.occ_block == 10
+
+
+def test_pyscf_max_memory_env_is_the_default(monkeypatch):
+    from mp2trn.memory import default_memory_mb
+
+    monkeypatch.setenv("PYSCF_MAX_MEMORY", "1234")
+    assert default_memory_mb() == 1234.0
