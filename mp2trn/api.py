@@ -19,7 +19,7 @@ from pyscf import gto, scf
 from pyscf.data import elements
 
 from .devices import Device, get_device
-from .df import build_df, describe_basis
+from .df import build_df, describe_basis, make_auxmol
 from .energy import pair_energies
 from .errors import InputError
 from .memory import SpinShape, default_memory_mb, plan_blocks
@@ -276,6 +276,7 @@ def run(
     mol = build_mole(source, basis=basis, charge=charge, multiplicity=multiplicity, unit=unit)
     if memory is not None:
         mol.max_memory = memory
+    make_auxmol(mol, auxbasis)  # an unusable aux basis is an error before the SCF, not after
     t0 = time.perf_counter()
     mf = run_scf(mol, ScfOptions(density_fit=scf_df, jkbasis=jkbasis, conv_tol=conv_tol, max_cycle=max_cycle))
     t_scf = time.perf_counter() - t0

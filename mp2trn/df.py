@@ -7,6 +7,9 @@ def2-XXX-RI, ...), never silently the JK-fit basis of the SCF.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,6 +18,14 @@ import scipy.linalg
 from pyscf import df, gto
 
 from .errors import InputError
+
+
+@contextlib.contextmanager
+def quiet_pyscf():
+    """Silence PySCF's printed hints and warnings about missing basis sets: we raise one clear line."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
 
 
 def resolve_auxbasis(mol: gto.Mole, auxbasis: str | dict | None) -> str | dict:
@@ -63,15 +74,27 @@ class DFIntegrals:
             yield int(loc[s0]), int(loc[s1]), ints.T
 
 
-def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
-    """Make the aux molecule and the Cholesky factor of its Coulomb metric (P|Q)."""
+def make_auxmol(mol: gto.Mole, auxbasis: str | dict | None) -> tuple[gto.Mole, str | dict]:
+    """The auxiliary molecule for the MP2-fit basis; a missing or unknown basis is an InputError."""
     aux = resolve_auxbasis(mol, auxbasis)
     try:
-        auxmol = df.addons.make_auxmol(mol, aux)
+        with quiet_pyscf():
+            auxmol = df.addons.make_auxmol(mol, aux)
     except Exception as exc:  # PySCF raises KeyError/RuntimeError/BasisNotFoundError variously
-        raise InputError(f"auxiliary basis {describe_basis(aux)!r} is not usable for this molecule: {exc}") from None
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"auxiliary basis {describe_basis(aux)!r} is not usable for this molecule: {text}") from None
     if auxmol.nao_nr() == 0:
         raise InputError(f"auxiliary basis {describe_basis(aux)!r} has no functions for this molecule")
+    have = {auxmol.bas_atom(i) for i in range(auxmol.nbas)}
+    missing = sorted({mol.atom_symbol(i) for i in range(mol.natm) if i not in have})
+    if missing:
+        raise InputError(f"auxiliary basis {describe_basis(aux)!r} has no functions for {', '.join(missing)}")
+    return auxmol, aux
+
+
+def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
+    """Make the aux molecule and the Cholesky factor of its Coulomb metric (P|Q)."""
+    auxmol, aux = make_auxmol(mol, auxbasis)
     metric = auxmol.intor("int2c2e", hermi=1)
     try:
         l_chol = scipy.linalg.cholesky(metric, lower=True)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyscf import gto
 from pyscf.data import elements
 
+from .df import quiet_pyscf
 from .errors import InputError
 
 _GHOST_PATTERNS = (
@@ -266,8 +266,7 @@ def _labels_from_atom_string(atom: str) -> list[tuple[str, bool]]:
 def _safe_build(mol: gto.Mole) -> None:
     """``mol.build()`` with PySCF's basis/element failures turned into InputError."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # PySCF suggests installing basis-set-exchange; we say it ourselves
+        with quiet_pyscf():
             mol.build(parse_arg=False, dump_input=False)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pyscf import df, gto, scf
 
+from .df import quiet_pyscf
 from .errors import ConvergenceError, InputError
 
 
@@ -36,8 +37,9 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions()):
     mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
     if options.density_fit:
         try:
-            mf = mf.density_fit(auxbasis=jk_auxbasis(mol, options.jkbasis))
-            mf.with_df.build()
+            with quiet_pyscf():
+                mf = mf.density_fit(auxbasis=jk_auxbasis(mol, options.jkbasis))
+                mf.with_df.build()
         except Exception as exc:  # PySCF raises several types for a missing fitting basis
             raise InputError(f"JK-fit basis {options.jkbasis or 'default'!r} is not usable: {_first_line(exc)}") from None
     mf.conv_tol = options.conv_tol
