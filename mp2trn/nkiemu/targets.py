@@ -1,0 +1,118 @@
+"""Trainium generations the emulator knows (spec §2.2 sizes, §5.1 engine specs).
+
+The active generation is chosen, in priority order, by
+
+1. ``nki.simulate(kernel, target="trn1")`` (per call),
+2. the context manager ``with mp2trn.nkiemu.target("trn1"): ...`` (or :func:`set_default_target`),
+3. the environment variable ``NEURON_PLATFORM_TARGET_OVERRIDE`` (``trn1``/``gen2``, ``trn2``/``gen3``,
+   ``trn3``/``gen4``), as for the real NKI,
+4. the default, ``trn2``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["Target", "TARGETS", "get_target", "current_target", "target", "set_default_target"]
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str                 # "trn1"
+    gen: int                  # 2, 3, 4 (nisa.nc_version)
+    core: str                 # "NeuronCore-v2"
+    clock_hz: dict            # engine -> Hz (tensor/vector/scalar/gpsimd)
+    sbuf_partition_bytes: int  # physical SBUF bytes per partition
+    sbuf_usable_bytes: int    # nl.tile_size.total_available_sbuf_size
+    psum_partition_bytes: int = 16384
+    psum_bank_bytes: int = 2048
+    psum_banks: int = 8
+    partitions: int = 128
+    dma_queues: int = 16
+    dma_queue_bw: float = 17e9      # sustained bytes/s per DMA engine (queue)
+    peak_flops: dict = field(default_factory=dict)  # {"fp32": .., "bf16": ..} TensorE dense peak
+    moving_fmax_fp32_dst: int = 512
+    moving_fmax_bf16_dst: int = 512
+    psum_dst_bf16: bool = False     # NC-v4 allows bf16 matmul dst
+    vector_bf16_perf_mode: bool = False  # NC-v3+ VectorE 2x/4x for 16-bit operands
+
+    @property
+    def dma_bw(self) -> float:
+        return self.dma_queues * self.dma_queue_bw
+
+    def __str__(self) -> str:  # pragma: no cover - cosmetic
+        return f"{self.name} ({self.core})"
+
+
+TRN1 = Target(
+    name="trn1", gen=2, core="NeuronCore-v2",
+    clock_hz={"tensor": 2.8e9, "vector": 1.12e9, "scalar": 1.4e9, "gpsimd": 1.4e9},
+    sbuf_partition_bytes=192 * 1024, sbuf_usable_bytes=180224,
+    dma_queue_bw=17e9, peak_flops={"fp32": 23e12, "bf16": 92e12},
+)
+TRN2 = Target(
+    name="trn2", gen=3, core="NeuronCore-v3",
+    clock_hz={"tensor": 2.4e9, "vector": 0.96e9, "scalar": 1.2e9, "gpsimd": 1.2e9},
+    sbuf_partition_bytes=224 * 1024, sbuf_usable_bytes=212984,
+    dma_queue_bw=23e9, peak_flops={"fp32": 20e12, "bf16": 79e12},
+    vector_bf16_perf_mode=True,
+)
+TRN3 = Target(
+    name="trn3", gen=4, core="NeuronCore-v4",
+    clock_hz={"tensor": 2.4e9, "vector": 1.2e9, "scalar": 1.2e9, "gpsimd": 1.2e9},
+    sbuf_partition_bytes=256 * 1024, sbuf_usable_bytes=245752,
+    dma_queue_bw=33e9, peak_flops={"fp32": 20e12, "bf16": 79e12},
+    moving_fmax_fp32_dst=4096, moving_fmax_bf16_dst=8192, psum_dst_bf16=True,
+    vector_bf16_perf_mode=True,
+)
+
+TARGETS = {"trn1": TRN1, "trn2": TRN2, "trn3": TRN3}
+_ALIASES = {"trn1": "trn1", "gen2": "trn1", "inf2": "trn1", "nc-v2": "trn1",
+            "trn2": "trn2", "gen3": "trn2", "nc-v3": "trn2",
+            "trn3": "trn3", "gen4": "trn3", "nc-v4": "trn3"}
+
+ENV_VAR = "NEURON_PLATFORM_TARGET_OVERRIDE"
+DEFAULT = "trn2"
+_stack: list = []
+_default: list = [None]
+
+
+def get_target(name) -> Target:
+    """``"trn1"``/``"gen2"`` ... -> :class:`Target` (a Target passes through)."""
+    if isinstance(name, Target):
+        return name
+    key = str(name).strip().lower()
+    if key not in _ALIASES:
+        raise ValueError(f"unknown NKI target {name!r}; use one of trn1/gen2, trn2/gen3, trn3/gen4")
+    return TARGETS[_ALIASES[key]]
+
+
+def current_target() -> Target:
+    """The generation a kernel launched now would be emulated for."""
+    if _stack:
+        return _stack[-1]
+    if _default[0] is not None:
+        return _default[0]
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return get_target(env)
+    return TARGETS[DEFAULT]
+
+
+@contextlib.contextmanager
+def target(name):
+    """``with target("trn1"): ...`` — emulate launches inside the block for that generation."""
+    _stack.append(get_target(name))
+    try:
+        yield _stack[-1]
+    finally:
+        _stack.pop()
+
+
+def set_default_target(name=None) -> None:
+    """Set (or with ``None`` clear) the process-wide default generation (overrides the env var)."""
+    _default[0] = None if name is None else get_target(name)
