@@ -34,6 +34,7 @@ import types
 import numpy as np
 
 from . import cost as _cost
+from ._blas import single_threaded as _single_threaded
 from . import dtypes as _dtypes  # noqa: F401
 from . import isa  # noqa: F401
 from . import language  # noqa: F401
@@ -179,13 +180,14 @@ def _launch(kernel: JitKernel, args, kwargs, target_name):
     prev = _rt.set_current(launch)
     t0 = time.perf_counter()
     try:
-        out = None
-        for pid in range(grid):
-            launch.set_program(pid)
-            o = kernel.func(*wargs, **wkw)
-            if pid == 0:
-                out = o
-        result = _unwrap(out, name)
+        with _single_threaded():
+            out = None
+            for pid in range(grid):
+                launch.set_program(pid)
+                o = kernel.func(*wargs, **wkw)
+                if pid == 0:
+                    out = o
+            result = _unwrap(out, name)
     finally:
         _rt.set_current(prev)
     wall = time.perf_counter() - t0
