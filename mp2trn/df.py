@@ -62,15 +62,19 @@ class DFIntegrals:
         loc = self.auxmol.ao_loc_nr()
         return int(np.max(np.diff(loc)))
 
-    def ao_blocks(self, max_functions: int) -> Iterator[tuple[int, int, np.ndarray]]:
-        """Yield (p0, p1, (P|μν) of shape (p1−p0, nao, nao)) over aux shells, ≤ max_functions each."""
+    def ao_blocks(self, max_functions: int, packed: bool = False) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Yield (p0, p1, (P|μν)) over aux shells, ≤ max_functions each.
+
+        The block is (p1−p0, nao, nao), or (p1−p0, nao(nao+1)/2) with μ ≥ ν packed when ``packed``.
+        """
         mol, auxmol = self.mol, self.auxmol
         pmol = mol + auxmol
         loc = auxmol.ao_loc_nr()
         nbas = mol.nbas
+        aosym = "s2ij" if packed else "s1"
         for s0, s1 in _shell_ranges(loc, max_functions):
-            ints = pmol.intor("int3c2e", aosym="s1", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1))
-            # PySCF returns (nao, nao, p) in Fortran order, i.e. (p, nao, nao) in C order
+            ints = pmol.intor("int3c2e", aosym=aosym, shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1))
+            # PySCF returns (nao, nao, p) / (npair, p) in Fortran order, i.e. (p, ...) in C order
             yield int(loc[s0]), int(loc[s1]), ints.T
 
 

@@ -96,7 +96,7 @@ def build_b(
     naux = dfi.naux
     t0 = time.perf_counter()
     nblocks = _count_blocks(dfi, plan.aux_block)
-    for k, (p0, p1, ao) in enumerate(dfi.ao_blocks(plan.aux_block)):
+    for k, (p0, p1, ao) in enumerate(dfi.ao_blocks(plan.aux_block, packed=device.ao_packed)):
         for s, orb in enumerate(spins):
             v = device.ao_to_mo(ao, orb.c_occ, orb.c_vir)
             store.arrays[s][p0:p1] = v.reshape(p1 - p0, -1)

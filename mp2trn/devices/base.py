@@ -28,6 +28,9 @@ class Device(ABC):
     precision: str = "fp64"
     #: precisions this device accepts (first = default)
     supported_precisions: tuple[str, ...] = ("fp64", "fp32")
+    #: True when ``ao_to_mo`` takes AO blocks packed over μ ≥ ν, shape (p, nao(nao+1)/2), which halves
+    #: the integral work; False for full square blocks (p, nao, nao)
+    ao_packed: bool = False
 
     @property
     def storage_dtype(self) -> np.dtype:
@@ -42,7 +45,8 @@ class Device(ABC):
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
         """Transform an AO block.
 
-        ao: (p, nao, nao) 3-index integrals (P|μν) for p auxiliary functions, symmetric in μν.
+        ao: (p, nao, nao) 3-index integrals (P|μν) for p auxiliary functions, symmetric in μν
+            (or (p, nao(nao+1)/2), lower triangle packed row-wise, when ``ao_packed``).
         c_occ: (nao, no), c_vir: (nao, nv) MO coefficients.
         Returns (p, no, nv) = Σ_μν C_μi (P|μν) C_νa in ``storage_dtype``.
         """
