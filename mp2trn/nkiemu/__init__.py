@@ -29,13 +29,11 @@ import contextlib
 import functools
 import sys
 import time
-import types
 
 import numpy as np
 
 from . import cost as _cost
 from ._blas import single_threaded as _single_threaded
-from . import dtypes as _dtypes  # noqa: F401
 from . import isa  # noqa: F401
 from . import language  # noqa: F401
 from . import runtime as _rt

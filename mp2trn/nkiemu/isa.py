@@ -106,9 +106,6 @@ def _cmp(f):
     return lambda a, b: f(a, b).astype(np.float32)
 
 
-with np.errstate(all="ignore"):
-    pass
-
 _ALU = {
     nl.add: np.add, nl.subtract: np.subtract, nl.multiply: np.multiply,
     nl.maximum: np.maximum, nl.minimum: np.minimum, nl.power: np.power,

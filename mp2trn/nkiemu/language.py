@@ -14,7 +14,6 @@ import numpy as np
 from . import dtypes as _dt
 from . import runtime as _rt
 from .errors import NkiRemovedAPIError, NkiRuleError, NkiUnsupportedError
-from .targets import current_target as _current_target
 from .tensor import (DynSlice, MemoryRegion, NkiTensor, allocate as _allocate, ds,  # noqa: F401
                      PSUM as _PSUM, SBUF as _SBUF, SHARED_HBM as _SHARED_HBM, HBM_REGIONS as _HBM)
 
@@ -199,7 +198,6 @@ def shared_identity_matrix(n, dtype="uint8", dst=None):
 
 # ---------------------------------------------------------------------------------------------------
 # type promotion (NKI type-promotion rules; Python scalars count as uint8/int32/float32)
-_FLOAT_RANK = {}
 
 
 def _scalar_dtype(v):

@@ -117,8 +117,6 @@ def test_report_contents_and_json():
     for _, e, _, t0, t1 in tl:
         assert t1 >= t0
         by_engine.setdefault(e, []).append((t0, t1))
-    for iv in by_engine["tensor"]:
-        pass
     ts = by_engine["tensor"]
     assert all(ts[i][1] <= ts[i + 1][0] + 1e-15 for i in range(len(ts) - 1))  # in order, no overlap
 
