@@ -37,6 +37,7 @@ import shlex
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -208,7 +209,8 @@ def select_entries(mset: MoleculeSet, only: str | None) -> list[SetEntry]:
     unknown = [w for w in wanted if w not in known]
     if unknown or not chosen:
         names = ", ".join(dict.fromkeys(e.name for e in mset.entries))
-        raise InputError(f"--only: no entry {', '.join(unknown) or only!r} in set {mset.name!r} (entries: {names})")
+        missing = ", ".join(unknown) if unknown else only
+        raise InputError(f"--only: no entry {missing} in set {mset.name!r} (entries: {names})")
     return chosen
 
 
@@ -682,15 +684,18 @@ def plot_errors(out_dir: Path, set_name: str, kind: str) -> Path | None:
     fig = Figure(figsize=(max(8.0, 0.42 * len(keys) + 3), 4.8 * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(nrows, 1, 1)
+    ax.set_yscale("log")
     markers = "osD^v<>p*h"
     tol_seen = set()
+    plotted = 0
     for k, doc in enumerate(docs):
         by_key = {r["key"]: r for r in doc["rows"]}
         ys = [by_key.get(key, {}).get("abs_diff") for key in keys]
         xs = [xi for xi, y in zip(x, ys) if y is not None]
         ys = [max(y, _PLOT_FLOOR) for y in ys if y is not None]
+        plotted += len(ys)
         label = f"{doc['device']} / {doc['precision']}"
-        ax.semilogy(xs, ys, linestyle="none", marker=markers[k % len(markers)], label=f"mp2trn − PySCF, {label}")
+        ax.plot(xs, ys, linestyle="none", marker=markers[k % len(markers)], label=f"mp2trn − PySCF, {label}")
         tol = doc["tolerance"]
         if tol not in tol_seen:
             tol_seen.add(tol)
@@ -701,12 +706,17 @@ def plot_errors(out_dir: Path, set_name: str, kind: str) -> Path | None:
             ys = [by_key.get(key, {}).get("df_error") for key in keys]
             if any(y is not None for y in ys):
                 xs = [xi for xi, y in zip(x, ys) if y is not None]
-                ax.semilogy(xs, [abs(y) for y in ys if y is not None], linestyle="none", marker="_", markersize=12,
+                ax.plot(xs, [abs(y) for y in ys if y is not None], linestyle="none", marker="_", markersize=12,
                             color="0.5", label="|DF-MP2 − conventional MP2| (the DF error itself)")
                 break
         ax.set_ylabel("|ΔE_corr| (Eh)")
     else:
         ax.set_ylabel("max |ΔE_corr| vs PySCF (Eh)")
+    if not plotted:  # every entry failed to run: only the tolerance lines would set the limits
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # matplotlib's "identical low and high ylims"
+            ax.set_ylim(_PLOT_FLOOR, 1e-2)
+        ax.text(0.5, 0.5, "no results", transform=ax.transAxes, ha="center")
     ax.set_title(f"mp2trn validate --set {set_name}: agreement with PySCF DF-MP2 (|Δ| = 0 drawn at {_PLOT_FLOOR:g})")
     ax.set_xticks(x, keys, rotation=60, ha="right", fontsize=8)
     ax.grid(True, which="major", axis="y", alpha=0.3)
