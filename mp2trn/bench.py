@@ -129,7 +129,7 @@ def rows_table(rows: list[BenchRow]) -> Table:
         table.add_column(col, justify="right" if col not in ("case", "code") else "left")
     for r in rows:
         table.add_row(f"{r.case} ({r.basis})", f"{r.nao}/{r.naux}/{r.nocc}/{r.nvir}", r.code, f"{r.seconds:.2f}",
-                      f"{r.gflops:.1f}", f"{r.speedup:.2f}×", f"{r.delta_uEh:.2e}")
+                      f"{r.gflops:.3g}", f"{r.speedup:.2f}×", f"{r.delta_uEh:.2e}")
     return table
 
 
@@ -138,7 +138,7 @@ def rows_markdown(rows: list[BenchRow]) -> str:
              "|---|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r.case} | {r.basis} | {r.nao}/{r.naux}/{r.nocc}/{r.nvir} | {r.code} | {r.seconds:.2f} | "
-                     f"{r.gflops:.1f} | {r.speedup:.2f}× | {r.delta_uEh:.1e} |")
+                     f"{r.gflops:.3g} | {r.speedup:.2f}× | {r.delta_uEh:.1e} |")
     return "\n".join(lines)
 
 
