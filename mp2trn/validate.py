@@ -292,6 +292,14 @@ def _int_opt(entry: SetEntry, key: str) -> int | None:
         raise InputError(f"set entry {entry.name} (line {entry.line}): {key}={value!r} is not an integer") from None
 
 
+def _display_path(path: Path) -> str:
+    """``molecules/...`` for files of the source tree, else the absolute path."""
+    try:
+        return str(path.relative_to(molecules_dir().parent))
+    except ValueError:
+        return str(path)
+
+
 def _fmt_counts(value) -> str:
     return "/".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
@@ -346,7 +354,7 @@ def validate_energy_entry(entry: SetEntry, cfg: RunConfig) -> dict[str, Any]:
     return {
         "name": entry.name,
         "key": entry.key,
-        "file": str(entry.path.relative_to(entry.path.parents[1])) if len(entry.path.parents) > 1 else str(entry.path),
+        "file": _display_path(entry.path),
         "reference": res.reference,
         "charge": int(mol.charge),
         "multiplicity": int(mol.spin) + 1,
@@ -422,7 +430,7 @@ def validate_interaction_entry(entry: SetEntry, cfg: RunConfig) -> dict[str, Any
     return {
         "name": entry.name,
         "key": entry.key,
-        "file": str(entry.path.relative_to(entry.path.parents[1])) if len(entry.path.parents) > 1 else str(entry.path),
+        "file": _display_path(entry.path),
         "natm": sum(len(f.atoms) for f in ie.fragments),
         "fragments": "+".join(f.formula for f in ie.fragments),
         "basis": basis,
