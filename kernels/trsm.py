@@ -1,0 +1,76 @@
+"""trsm — the DF metric step ``B = L⁻¹ V`` (L: lower Cholesky factor of the Coulomb metric) on TensorE,
+as a block-triangular GEMM with the inverse factor precomputed on the host (NKI 0.3.0).
+
+Why a GEMM with L⁻¹ instead of a forward substitution (documented equivalent, DESIGN §4)
+    The Cholesky factorization stays on the host in fp64 (DESIGN §2.3); the host also forms L⁻¹ once per
+    molecule (O(naux³/3), fp64) and passes ``linv_t = (L⁻¹)ᵀ`` — upper triangular, contraction index P
+    first, i.e. already the [K=P, M=Q] stationary layout. ``B[Q, n] = Σ_{P ≤ Q} L⁻¹[Q, P] V[P, n]`` is
+    then one GEMM whose K tiles above the diagonal tile are skipped (never loaded, never multiplied),
+    so it does the same naux²·n flops as a triangular solve. A blocked forward substitution on
+    Trainium would have to invert the 128×128 diagonal blocks anyway (TensorE cannot divide), and it
+    serializes the naux/128 block rows: TensorE waits on VectorE at every step. The GEMM form has no
+    dependency chain between output tiles, so TensorE streams. Accuracy (measured, docs/precision.md):
+    with fp32 operands the end-to-end MP2 error stays well below 1 µEh (the explicit-inverse rounding
+    costs ~0.1 µEh on water/benzene, less than blocked substitution with inverted diagonal blocks,
+    +0.19 µEh on benzene), and in the compensated ``fp32x3`` mode it is ≤ 0.01 µEh.
+
+Shapes and layout
+    linv_t (naux, naux) float32, upper triangular ((L⁻¹)ᵀ); v (naux, n) float32, aux-major ((P|ia) with
+    the column index n = i·nvir + a); result b (naux, n) float32 = L⁻¹ v. Any naux, n.
+
+Tiling / engines / features
+    As kernels/gemm.py: Q tiles of 128 rows on the PSUM partition axis, P tiles of 128 contracted on the
+    SBUF partitions, column chunks of 512 (one PSUM bank). A panel of (L⁻¹)ᵀ tiles (only the P ≤ Q
+    triangle) stays resident in SBUF while all column chunks of V stream through; each V chunk is loaded
+    once per panel. TensorE accumulates over P in PSUM; VectorE evicts PSUM → SBUF; DMA stores.
+    One launch covers a whole (naux × n) column block (the host calls it once per spin in core, or once
+    per out-of-core column block).
+
+Compensated mode ``trsm_x3``: planes as in kernels/gemm.py (hi on a bf16-exact grid per Q row of L⁻¹
+and per column of V, β from naux).
+
+NumPy reference: :func:`trsm_reference` (fp64 ``solve_triangular``). Tests: tests/test_kernel_trsm.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._nki import nki, nl
+from .gemm import gemm_body
+
+__all__ = ["trsm", "trsm_x3", "trsm_reference", "inverse_factor_t"]
+
+
+@nki.jit
+def trsm(linv_t, v, m_block=None):
+    """``b = linv_tᵀ @ v`` with ``linv_t = (L⁻¹)ᵀ`` upper triangular: b = L⁻¹ v (fp32)."""
+    naux, naux2 = linv_t.shape
+    assert naux == naux2 == v.shape[0], f"trsm: shapes {linv_t.shape} and {v.shape} do not match"
+    b = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    gemm_body((linv_t,), (v,), b, lower=True, m_block=m_block)
+    return b
+
+
+@nki.jit
+def trsm_x3(linv_t_hi, linv_t_lo, v_hi, v_lo, v, m_block=None):
+    """Compensated ``b = L⁻¹ v``: (L⁻¹)ᵀ = hi (bf16 grid) + lo (fp32); v = v_hi + v_lo, v (fp32)."""
+    b = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    gemm_body((linv_t_hi, linv_t_lo), (v_hi, v_lo, v), b, lower=True, m_block=m_block)
+    return b
+
+
+def inverse_factor_t(l_chol: np.ndarray) -> np.ndarray:
+    """Host side, fp64: ``(L⁻¹)ᵀ`` for the lower Cholesky factor L (upper triangular result)."""
+    from scipy.linalg import solve_triangular
+
+    n = l_chol.shape[0]
+    linv = solve_triangular(np.asarray(l_chol, dtype=np.float64), np.eye(n), lower=True)
+    return np.ascontiguousarray(np.triu(linv.T))
+
+
+def trsm_reference(l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """NumPy/SciPy reference: B = L⁻¹ V in fp64 (forward substitution)."""
+    from scipy.linalg import solve_triangular
+
+    return solve_triangular(np.asarray(l_chol, dtype=np.float64), np.asarray(v, dtype=np.float64), lower=True)

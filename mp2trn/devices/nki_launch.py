@@ -1,0 +1,293 @@
+"""How NKI kernel launches happen for the ``sim`` and ``neuron`` devices, and what they cost.
+
+Three launchers share one interface, ``launch(stage, kernel, args, kwargs) -> NumPy outputs``:
+
+* :class:`EmulatorLauncher` — ``sim`` with the built-in emulator (``mp2trn.nkiemu``): every launch is
+  recorded, and :meth:`cost_report` prices the recorded instruction streams with the emulator's cost
+  MODEL for trn1 and trn2 (one emulated run, two prices).
+* :class:`RealSimLauncher` — ``sim`` when a real NKI 0.3.0 is installed: ``nki.simulate(kernel)`` with
+  ``NEURON_PLATFORM_TARGET_OVERRIDE`` set to the target. The official simulator has no cost model.
+* :class:`NeuronLauncher` — ``neuron``: the same ``@nki.jit`` kernel objects called on torch-neuronx
+  XLA tensors (inputs moved once per launch, outputs back once per launch); it measures wall time.
+
+Any error a kernel raises because it broke a hardware/API rule is re-raised as
+:class:`mp2trn.errors.KernelConstraintError` (the message keeps the rule, the instruction and the shapes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceUnavailableError, KernelConstraintError
+
+#: pipeline stage -> kernel(s) that implement it
+STAGES = ("ao_to_mo", "metric", "pairs")
+TARGETS = ("trn1", "trn2")
+
+NEURON_INSTALL = (
+    "install the AWS Neuron SDK on a Trainium instance (trn1/trn2) with the Neuron driver: "
+    "pip install 'mp2trn[neuron]' --extra-index-url https://pip.repos.neuron.amazonaws.com "
+    "(brings nki>=0.3.0 and torch-neuronx); or use --device sim to run the same kernels in the emulator"
+)
+
+
+def _nki():
+    from ..kernels import _nki
+
+    return _nki
+
+
+class Launcher:
+    """Base: counts launches per stage."""
+
+    impl = "abstract"
+
+    def __init__(self, target: str):
+        self.target = target
+        self.launches: dict[str, int] = defaultdict(int)
+        self.kernels: dict[str, set] = defaultdict(set)
+        self.wall_s: dict[str, float] = defaultdict(float)
+
+    def launch(self, stage: str, kernel, args: tuple, kwargs: dict | None = None):
+        kwargs = kwargs or {}
+        name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "func", None), "__name__", "kernel")
+        t0 = time.perf_counter()
+        try:
+            out = self._run(stage, kernel, args, kwargs)
+        except KernelConstraintError:
+            raise
+        except Exception as exc:
+            wrapped = self._wrap(exc, name, stage)
+            if wrapped is None:
+                raise
+            raise wrapped from exc
+        self.launches[stage] += 1
+        self.kernels[stage].add(name)
+        self.wall_s[stage] += time.perf_counter() - t0
+        return out
+
+    def _run(self, stage, kernel, args, kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _wrap(self, exc: Exception, name: str, stage: str) -> Exception | None:
+        return None
+
+    @property
+    def total_launches(self) -> int:
+        return sum(self.launches.values())
+
+    def cost_report(self, precision: str) -> dict[str, Any] | None:
+        return None
+
+
+class EmulatorLauncher(Launcher):
+    """``nki.simulate(kernel, target=...)`` of the built-in emulator, with every launch traced."""
+
+    impl = "emulator"
+
+    def __init__(self, target: str):
+        super().__init__(target)
+        import mp2trn.nkiemu as emu
+
+        self._emu = emu
+        self.traces: dict[str, list] = defaultdict(list)
+
+    def _run(self, stage, kernel, args, kwargs):
+        with self._emu.profile() as prof:
+            out = self._emu.simulate(kernel, target=self.target)(*args, **kwargs)
+        self.traces[stage].extend(prof.launches)
+        return out
+
+    def _wrap(self, exc, name, stage):
+        if isinstance(exc, self._emu.NkiError) or isinstance(exc, AssertionError):
+            return KernelConstraintError(f"NKI kernel {name} ({stage} stage, target {self.target}) broke a rule: {exc}")
+        return None
+
+    def cost_report(self, precision: str) -> dict[str, Any] | None:
+        if not any(self.traces.values()):
+            return None
+        from mp2trn.nkiemu.cost import CostReport
+
+        stages = {}
+        totals = {t: defaultdict(float) for t in TARGETS}
+        peak_tensor = {}
+        for stage in STAGES:
+            traces = self.traces.get(stage)
+            if not traces:
+                continue
+            entry = {"kernels": sorted(self.kernels[stage]), "launches": len(traces),
+                     "emulation_wall_s": sum(tr.wall_s for tr in traces)}
+            for t in TARGETS:
+                rep = CostReport(traces, t)
+                s = _summary(rep)
+                entry[t] = s
+                for k in ("modeled_time_s", "scheduled_time_s", "pessimistic_time_s", "flops",
+                          "bytes_hbm_to_sbuf", "bytes_sbuf_to_hbm"):
+                    totals[t][k] += s[k]
+                for e, v in s["engine_busy_s"].items():
+                    totals[t]["busy:" + e] += v
+                peak_tensor[t] = rep.target.peak_flops["fp32"]
+            stages[stage] = entry
+        total = {}
+        for t in TARGETS:
+            d = totals[t]
+            busy = {k[5:]: v for k, v in d.items() if k.startswith("busy:")}
+            mt = d["modeled_time_s"]
+            total[t] = {
+                "modeled_time_s": mt,
+                "scheduled_time_s": d["scheduled_time_s"],
+                "pessimistic_time_s": d["pessimistic_time_s"],
+                "engine_busy_s": busy,
+                "engine_utilization": {e: (v / mt if mt else 0.0) for e, v in busy.items()},
+                "flops": d["flops"],
+                "tensor_peak_pct_fp32": 100.0 * d["flops"] / mt / peak_tensor[t] if mt else 0.0,
+                "bytes_hbm_to_sbuf": d["bytes_hbm_to_sbuf"],
+                "bytes_sbuf_to_hbm": d["bytes_sbuf_to_hbm"],
+            }
+        return {
+            "kind": "model",
+            "note": ("modeled by the NKI emulator's cost model (per-instruction cycle formulas of the NKI ISA "
+                     "docs, engine clocks, DMA bandwidth, 15 us per launch); not a measurement"),
+            "nki": "emulator",
+            "target": self.target,
+            "precision": precision,
+            "launches": self.total_launches,
+            "launches_by_stage": {s: e["launches"] for s, e in stages.items()},
+            "stages": stages,
+            "total": total,
+            "emulation_wall_s": sum(e["emulation_wall_s"] for e in stages.values()),
+        }
+
+
+def _summary(rep) -> dict[str, Any]:
+    busy = rep.engine_busy_s
+    mt = rep.modeled_time_s
+    return {
+        "modeled_time_s": mt,
+        "scheduled_time_s": rep.scheduled_time_s,
+        "pessimistic_time_s": rep.pessimistic_time_s,
+        "launch_overhead_s": rep.launch_overhead_s,
+        "bottleneck": rep.bottleneck,
+        "engine_busy_s": busy,
+        "engine_utilization": {e: (v / mt if mt else 0.0) for e, v in busy.items()},
+        "flops": rep.flops,
+        "tensor_peak_pct_fp32": rep.tensor_peak_pct("fp32"),
+        "bytes_hbm_to_sbuf": rep.bytes_hbm_to_sbuf,
+        "bytes_sbuf_to_hbm": rep.bytes_sbuf_to_hbm,
+        "peak_sbuf_bytes_per_partition": rep.peak_sbuf_bytes,
+        "peak_psum_bytes_per_partition": rep.peak_psum_bytes,
+        "instructions": rep.n_instructions,
+    }
+
+
+class RealSimLauncher(Launcher):
+    """The official CPU simulator of a real NKI 0.3.0 install (no cost model)."""
+
+    impl = "real"
+
+    def _run(self, stage, kernel, args, kwargs):
+        nki = _nki().nki
+        with _env("NEURON_PLATFORM_TARGET_OVERRIDE", self.target):
+            return nki.simulate(kernel)(*args, **kwargs)
+
+    def _wrap(self, exc, name, stage):
+        if isinstance(exc, (AssertionError, ValueError, TypeError, RuntimeError)):
+            return KernelConstraintError(f"NKI kernel {name} ({stage} stage, target {self.target}) failed in "
+                                         f"nki.simulate: {type(exc).__name__}: {exc}")
+        return None
+
+
+class NeuronLauncher(Launcher):
+    """``@nki.jit`` kernels on torch-neuronx XLA tensors: one host->device copy of the inputs and one
+    device->host copy of the outputs per launch, nothing in between (no per-pair launches)."""
+
+    impl = "real"
+
+    def __init__(self, target: str):
+        super().__init__(target)
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        self._torch = torch
+        self._xm = xm
+        self._dev = xm.xla_device()
+
+    def _to_device(self, a):
+        torch = self._torch
+        if not isinstance(a, np.ndarray):
+            return a
+        if a.dtype.name == "bfloat16":
+            t = torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(np.ascontiguousarray(a))
+        return t.to(self._dev)
+
+    def _run(self, stage, kernel, args, kwargs):
+        targs = [self._to_device(a) for a in args]
+        out = kernel(*targs, **kwargs)
+        self._xm.mark_step()
+        if isinstance(out, tuple):
+            return tuple(o.cpu().numpy() for o in out)
+        return out.cpu().numpy()
+
+    def _wrap(self, exc, name, stage):
+        return KernelConstraintError(f"NKI kernel {name} ({stage} stage) failed on the NeuronCore: "
+                                     f"{type(exc).__name__}: {exc}")
+
+    def cost_report(self, precision: str) -> dict[str, Any] | None:
+        return {
+            "kind": "measured",
+            "note": "wall time per stage on the NeuronCore including host<->device copies (torch-xla)",
+            "nki": "real",
+            "target": self.target,
+            "precision": precision,
+            "launches": self.total_launches,
+            "launches_by_stage": dict(self.launches),
+            "stages": {s: {"kernels": sorted(self.kernels[s]), "launches": n, "wall_s": self.wall_s[s]}
+                       for s, n in self.launches.items()},
+        }
+
+
+def neuron_missing() -> str | None:
+    """None when the real NKI and torch-neuronx are present, else why not."""
+    import importlib.util
+
+    n = _nki()
+    if n.NKI_IMPL != "real":
+        return f"no real NKI 0.3.0 is installed (the kernels are bound to the emulator: {n.describe()})"
+    for mod in ("torch_neuronx", "torch_xla"):
+        if importlib.util.find_spec(mod) is None:
+            return f"{mod} is not installed"
+    return None
+
+
+def make_launcher(kind: str, target: str) -> Launcher:
+    """``kind``: "sim" or "neuron"."""
+    n = _nki()
+    if kind == "neuron":
+        why = neuron_missing()
+        if why:
+            raise DeviceUnavailableError(f"device 'neuron' is not available: {why}; {NEURON_INSTALL}")
+        return NeuronLauncher(target)
+    if n.NKI_IMPL == "real":
+        return RealSimLauncher(target)
+    return EmulatorLauncher(target)
+
+
+@contextlib.contextmanager
+def _env(key: str, value: str):
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
