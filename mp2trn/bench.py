@@ -120,7 +120,8 @@ def machine_description() -> str:
                     break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    load = ", load average {:.1f}".format(os.getloadavg()[0]) if hasattr(os, "getloadavg") else ""
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}{load}"
 
 
 def rows_table(rows: list[BenchRow]) -> Table:
