@@ -688,6 +688,11 @@ def plot_errors(out_dir: Path, set_name: str, kind: str) -> Path | None:
             if r["key"] not in keys:
                 keys.append(r["key"])
     x = np.arange(len(keys))
+    names = {}
+    for doc in docs:
+        names.update({r["key"]: r["name"] for r in doc["rows"]})
+    short = [names.get(k, k) for k in keys]
+    labels = short if len(set(short)) == len(short) else keys  # "02_water_dimer" rather than its full key
     nrows = 2 if kind == "interaction" else 1
     fig = Figure(figsize=(max(8.0, 0.42 * len(keys) + 3), 4.8 * nrows), layout="constrained")
     FigureCanvasAgg(fig)
@@ -726,7 +731,7 @@ def plot_errors(out_dir: Path, set_name: str, kind: str) -> Path | None:
             ax.set_ylim(_PLOT_FLOOR, 1e-2)
         ax.text(0.5, 0.5, "no results", transform=ax.transAxes, ha="center")
     ax.set_title(f"mp2trn validate --set {set_name}: agreement with PySCF DF-MP2 (|Δ| = 0 drawn at {_PLOT_FLOOR:g})")
-    ax.set_xticks(x, keys, rotation=60, ha="right", fontsize=8)
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
     ax.grid(True, which="major", axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     if kind == "interaction":
@@ -740,7 +745,7 @@ def plot_errors(out_dir: Path, set_name: str, kind: str) -> Path | None:
         ax2.axhline(0.0, color="k", linewidth=0.6)
         ax2.set_ylabel("ΔE − reference (kcal/mol)")
         ax2.set_title(f"counterpoise-corrected interaction energies vs reference ({doc['device']} / {doc['precision']})")
-        ax2.set_xticks(x, keys, rotation=60, ha="right", fontsize=8)
+        ax2.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
         ax2.legend(fontsize=8)
         ax2.grid(True, axis="y", alpha=0.3)
     target = out_dir / f"validate_{set_name}.png"
