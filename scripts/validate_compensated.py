@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     rng = np.random.default_rng(args.seed)
     print(f"max |E_corr - E_corr(PySCF fp64)| over {args.repeats} runs per molecule\n")
-    print("| molecule | atoms | runs | " + " | ".join(f"{m} |Δ| (µEh)" for m in modes) + " |")
+    print("| molecule | atoms | runs | " + " | ".join(f"{m} \\|Δ\\| (µEh)" for m in modes) + " |")
     print("|---|---|---|" + "---|" * len(modes))
     for entry in select_entries(mset, args.only):
         mol = build_mole(entry.path, basis=entry.basis)
