@@ -39,8 +39,9 @@ Compensated mode ``batched_gemm_x3`` (precision "fp32x3", docs/precision.md)
     [(P, i), μ] (128 rows), VectorE takes max|X_A| per row, GpSimd/VectorE turn it into a power of two
     (exponent bits via an int32 view, ``bitwise_and``), and the round-to-grid is the fp32 trick
     hi = (x + c) − c with c = 1.5·2^23·grid (two fp32 writes); lo = (X_A − hi) + X_R; both are
-    transposed back to [μ, (P, i)] for the second half, which accumulates hi·hi + hi·lo + lo·x in one
-    PSUM tile.
+    transposed back to [μ, (P, i)] for the second half, which accumulates hi·hi and hi·lo + lo·x in
+    two PSUM tiles and writes both: (P|ia) leaves the chip as an fp32 pair, never rounded to fp32 (the
+    metric step amplifies white rounding noise in (P|ia), see docs/precision.md).
 
 NumPy reference: :func:`batched_gemm_reference`. Tests: tests/test_kernel_batched_gemm.py.
 """
@@ -187,18 +188,24 @@ def _from_rows(rows, out, ktiles, r0, rsz, c0, csz, planes):
             nisa.tensor_copy(dst=out[kt][pl][lo_ - m0:hi_ - m0, r0:r0 + rsz], src=tp)
 
 
-def _second_half(xst, cvir, ktiles, ncols, nv, out, row0):
-    """Y[(P,i) rows, a] = Σ_μ X[μ, rows]ᵀ C_vir[μ, a] -> out rows row0 + (P,i)."""
+def _second_half(xst, cvir, ktiles, ncols, nv, out, row0, out_rest=None):
+    """Y[(P,i) rows, a] = Σ_μ X[μ, rows]ᵀ C_vir[μ, a] -> out rows row0 + (P,i) (fp32x3: exact part to
+    ``out``, corrections to ``out_rest``)."""
     for r0, rsz in tiles(ncols, PMAX):
         for a0, asz in tiles(nv, NFMAX):
             acc = nl.ndarray((rsz, asz), dtype=nl.float32, buffer=nl.psum, name="y_acc")
+            rest = None
+            if out_rest is not None:
+                rest = nl.ndarray((rsz, asz), dtype=nl.float32, buffer=nl.psum, name="y_rest")
             st = [tuple(p[:, r0:r0 + rsz] for p in planes) for planes in xst]
             mv = [tuple(p[:, a0:a0 + asz] for p in planes) for planes in cvir]
-            matmul_planes(acc, st, mv)
+            matmul_planes(acc, st, mv, rest)
             evict(out[row0 + r0:row0 + r0 + rsz, a0:a0 + asz], acc, rsz, asz, name="y_sb")
+            if rest is not None:
+                evict(out_rest[row0 + r0:row0 + r0 + rsz, a0:a0 + asz], rest, rsz, asz, name="y_rest_sb")
 
 
-def _body(ao_planes, co_planes, cv_planes, out, group, beta):
+def _body(ao_planes, co_planes, cv_planes, out, group, beta, out_rest=None):
     p, nao, _ = ao_planes[0].shape
     no = co_planes[0].shape[1]
     nv = cv_planes[0].shape[1]
@@ -210,17 +217,17 @@ def _body(ao_planes, co_planes, cv_planes, out, group, beta):
     cvir = _resident(cv_planes, ktiles, stationary=False, name="c_vir")
     for g0 in range(0, p, g):
         gs = min(g, p - g0)
-        _group(ao_planes, cocc, cvir, ktiles, g0, gs, nao, no, nv, x3, beta, out)
+        _group(ao_planes, cocc, cvir, ktiles, g0, gs, nao, no, nv, x3, beta, out, out_rest)
 
 
-def _group(ao_planes, cocc, cvir, ktiles, g0, gs, nao, no, nv, x3, beta, out):
+def _group(ao_planes, cocc, cvir, ktiles, g0, gs, nao, no, nv, x3, beta, out, out_rest):
     aot = _load_ao_group(ao_planes, g0, gs, nao, ktiles, x3)
     xs = _first_half(aot, cocc, ktiles, gs, no, x3)
     if x3:
         xst = _resplit(xs, ktiles, gs * no, nao, beta)
     else:
         xst = [(x[0],) for x in xs]
-    _second_half(xst, cvir, ktiles, gs * no, nv, out, g0 * no)
+    _second_half(xst, cvir, ktiles, gs * no, nv, out, g0 * no, out_rest)
 
 
 @nki.jit
@@ -235,11 +242,13 @@ def batched_gemm(ao, c_occ, c_vir, group=0):
 @nki.jit
 def batched_gemm_x3(ao_hi, ao_lo, co_hi, co_lo, co, cv_hi, cv_lo, cv, beta, group=0):
     """fp32x3: planes of ao (hi bf16 / lo, split along ν per (P, μ)), C_occ and C_vir (hi / lo / full,
-    split along the AO axis per column); ``beta``: grid bits of the on-chip re-split of X."""
+    split along the AO axis per column); ``beta``: grid bits of the on-chip re-split of X.
+    Returns (y_exact, y_rest), (p·no, nv) float32 each; (P|ia) = y_exact + y_rest (fp64 on the host)."""
     p = ao_hi.shape[0]
     out = nl.ndarray((p * co.shape[1], cv.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
-    _body((ao_hi, ao_lo), (co_hi, co_lo, co), (cv_hi, cv_lo, cv), out, group, beta)
-    return out
+    out_rest = nl.ndarray((p * co.shape[1], cv.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    _body((ao_hi, ao_lo), (co_hi, co_lo, co), (cv_hi, cv_lo, cv), out, group, beta, out_rest)
+    return out, out_rest
 
 
 def batched_gemm_reference(ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:

@@ -38,7 +38,10 @@ Compensated precision (``gemm_x3``, precision mode "fp32x3", see docs/precision.
 
     The exact part is accumulated first, so the only roundings are those of the correction terms, which
     are 2^-β smaller than the operands: the fp32 cancellation error of a plain fp32 GEMM shrinks by 2^β.
-    β = ⌊(24 − ⌈log2 K⌉) / 2⌋ (≤ 8) keeps Σ_K |n_a n_b| < 2^24.
+    β = ⌊(24 − ⌈log2 K⌉) / 2⌋ (≤ 8) keeps Σ_K |n_a n_b| < 2^24. When the result leaves the chip
+    (gemm_x3, trsm_x3, batched_gemm_x3) the exact part and the corrections stay in two PSUM accumulators
+    and both planes are written, so the result is not even rounded to fp32 (the host adds them in fp64);
+    a result consumed on chip (T in mp2_energy) uses one accumulator, exact part first.
 
 NumPy reference: :func:`gemm_reference`. Tests: tests/test_kernel_gemm.py.
 """
@@ -104,23 +107,26 @@ def load_operand_tiles(planes, ktiles, c0, csz, stationary, name=""):
     return out
 
 
-def matmul_planes(acc, stationary, moving):
+def matmul_planes(acc, stationary, moving, acc_rest=None):
     """Accumulate Σ_k stationary_kᵀ · moving_k into the PSUM tile ``acc``.
 
     ``stationary``/``moving``: lists (over K tiles) of plane tuples of *views* (see
     :func:`load_operand_tiles`). One plane: plain fp32 matmuls. Three planes (fp32x3): all exact
-    hi·hi bf16 products first, then hi·lo and lo·x in fp32 — all into the same accumulator.
+    hi·hi bf16 products first, then hi·lo and lo·x in fp32 — into the same accumulator, or, with
+    ``acc_rest``, the corrections into that second accumulator (the result is then the *pair*
+    ``acc + acc_rest``, kept apart so it can leave the chip with more than fp32 precision).
     """
     if len(stationary[0]) == 1:
         for s, m in zip(stationary, moving):
             nisa.nc_matmul(dst=acc, stationary=s[0], moving=m[0])
         return
+    rest = acc if acc_rest is None else acc_rest
     for s, m in zip(stationary, moving):
         nisa.nc_matmul(dst=acc, stationary=s[0], moving=m[0])      # hi16 x hi16: exact in PSUM
     for s, m in zip(stationary, moving):
-        nisa.nc_matmul(dst=acc, stationary=s[1], moving=m[1])      # hi(fp32) x lo
+        nisa.nc_matmul(dst=rest, stationary=s[1], moving=m[1])     # hi(fp32) x lo
     for s, m in zip(stationary, moving):
-        nisa.nc_matmul(dst=acc, stationary=s[2], moving=m[2])      # lo x full
+        nisa.nc_matmul(dst=rest, stationary=s[2], moving=m[2])     # lo x full
 
 
 def evict(dst_hbm, acc, rows, cols, name="res"):
@@ -134,11 +140,12 @@ def _views(tile_list, c0, csz):
     return [tuple(p[:, c0:c0 + csz] for p in planes) for planes in tile_list]
 
 
-def gemm_body(a_planes, b_planes, out, lower=False, m_block=None):
+def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None):
     """Shared body of gemm/gemm_x3/trsm: ``out[M, N] = A_Tᵀ B`` with A_T given by ``a_planes`` and B by
     ``b_planes`` (HBM). ``lower=True``: A_T is block upper-triangular with the same tiling on K and M
     (A = A_Tᵀ lower triangular), so K tiles above the output tile's M tile are skipped entirely (never
-    loaded, never multiplied). ``m_block``: M tiles per resident panel (None: from the SBUF budget)."""
+    loaded, never multiplied). ``m_block``: M tiles per resident panel (None: from the SBUF budget).
+    ``out_rest`` (fp32x3): the exact hi·hi part goes to ``out`` and the corrections to ``out_rest``."""
     K, M = a_planes[0].shape
     N = b_planes[0].shape[1]
     ktiles = tiles(K, PMAX)
@@ -148,7 +155,7 @@ def gemm_body(a_planes, b_planes, out, lower=False, m_block=None):
     a_bytes = 10 if x3 else FP32           # per stationary element in SBUF (hi16 + hi32 + lo)
     b_bytes = 10 if x3 else FP32           # per moving element (hi16 + lo + x)
     if m_block is None:
-        fixed = 2 * len(ktiles) * NFMAX * b_bytes + 2 * NFMAX * FP32
+        fixed = 2 * len(ktiles) * NFMAX * b_bytes + 4 * NFMAX * FP32
         m_block = max(1, (sbuf_budget() - fixed) // (len(ktiles) * MFMAX * a_bytes))
     for mb0 in range(0, len(mtiles), m_block):
         blk = mtiles[mb0:mb0 + m_block]
@@ -161,8 +168,13 @@ def gemm_body(a_planes, b_planes, out, lower=False, m_block=None):
             for bi, (m0, msz) in enumerate(blk):
                 kk = kmax if not lower else mb0 + bi + 1
                 acc = nl.ndarray((msz, nsz), dtype=nl.float32, buffer=nl.psum, name="acc")
-                matmul_planes(acc, _views(panel[:kk], m0 - c0, msz), chunk[:kk])
+                rest = None
+                if out_rest is not None:
+                    rest = nl.ndarray((msz, nsz), dtype=nl.float32, buffer=nl.psum, name="acc_rest")
+                matmul_planes(acc, _views(panel[:kk], m0 - c0, msz), chunk[:kk], rest)
                 evict(out[m0:m0 + msz, n0:n0 + nsz], acc, msz, nsz)
+                if rest is not None:
+                    evict(out_rest[m0:m0 + msz, n0:n0 + nsz], rest, msz, nsz, name="res_rest")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -183,12 +195,14 @@ def gemm(a_t, b, m_block=None):
 @nki.jit
 def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=None):
     """Compensated ``c = a_tᵀ @ b`` (fp32x3): a_t = a_t_hi (bf16 grid) + a_t_lo (fp32); b = b_hi + b_lo,
-    b (fp32) — see the module docstring. Returns c (M, N) float32."""
+    b (fp32) — see the module docstring. Returns (c_exact, c_rest), (M, N) float32 each:
+    c = c_exact + c_rest, to be added in fp64 (the pair carries ~fp32·2^-β relative accuracy)."""
     K, M = a_t_hi.shape
     N = b.shape[1]
     c = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), c, lower=False, m_block=m_block)
-    return c
+    c_rest = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), c, lower=False, m_block=m_block, out_rest=c_rest)
+    return c, c_rest
 
 
 def gemm_reference(a_t: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -46,6 +46,9 @@ Engines / Trainium features
 
 Compensated mode ``mp2_energy_x3`` (fp32x3): B_i = hi (bf16 grid per (i, a) column along Q) + lo,
 B_j = hi + lo (+ full fp32); T = hi·hi (exact) + hi·lo + lo·B_j accumulated in the same PSUM tile.
+The fp32 sum of a pair's nva·nvb terms on chip is the last fp32-limited step (~1e-7 relative per pair),
+so this mode stops one level earlier: it writes each pair's nva partial sums over b (the segment sums,
+still nvb times less data than T) and the host adds them in fp64 (docs/precision.md).
 
 NumPy reference: :func:`mp2_energy_reference`. Tests: tests/test_kernel_mp2_energy.py.
 """
@@ -81,7 +84,8 @@ def i_block_size(naux, nI, nJ, nva, nvb, x3=False, budget=None):
              + 2 * at * cols * FP32                  # T and W copies (exchange)
              + 8 * NFMAX * FP32                      # D', y, R, T·W, T·Tᵀ... temporaries
              + (at + 3) * nI * FP32 + 2 * nI * nJ * FP32)    # bias columns, per-pair results
-    per_i = nk * nva * a_b + (nk * nva * FP32 if x3 else 0)   # x3: + full-fp32 plane for a diagonal block
+    per_i = (nk * nva * a_b + (nk * nva * FP32 if x3 else 0)  # x3: + full-fp32 plane for a diagonal block
+             + (2 * nJ * FP32 if x3 else 0))                    # x3: row-sum buffers of the sub-block
     return int(max(1, min(nI, (budget - fixed) // per_i)))
 
 
@@ -97,27 +101,39 @@ def _segments(c0, csz, nvb):
     return out
 
 
-def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, j_col0):
-    """Sum ``prod`` [asz, csz] over b within each j segment, then over the a partitions (ones-matmul)
-    into acc[0:1, local j] (PSUM accumulation across a tiles and chunks)."""
+def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, rows=None, row_col=0, first=True):
+    """Sum ``prod`` [asz, csz] over b within each j segment. Per-pair mode (``rows`` None): then over the
+    a partitions by a ones-vector matmul into acc[0:1, local j] (PSUM accumulation across a tiles and
+    chunks). Row mode: the [asz, nseg] segment sums go to rows[:, row_col + local j] (SBUF), added to
+    what is there unless ``first``."""
     segs = _segments(c0, csz, nvb)
     nseg = len(segs)
-    red = nl.ndarray((asz, nseg), dtype=nl.float32, buffer=nl.sbuf, name="segsum")
+    j0 = segs[0][0]
+    if rows is not None and first:
+        red = rows[0:asz, row_col + j0:row_col + j0 + nseg]
+    else:
+        red = nl.ndarray((asz, nseg), dtype=nl.float32, buffer=nl.sbuf, name="segsum")
     if all(s[2] == nvb for s in segs):            # whole j's: one reduction over a 3-D view
         nisa.tensor_reduce(dst=red, op=nl.add, data=prod.reshape((asz, nseg, nvb)), axis=2)
     else:                                          # a chunk of one j (nvb > 512)
         nisa.tensor_reduce(dst=red, op=nl.add, data=prod, axis=1)
-    j0 = segs[0][0]
-    nisa.nc_matmul(dst=acc[0:1, j0 - j_col0:j0 - j_col0 + nseg], stationary=ones[0:asz, :], moving=red)
+    if rows is None:
+        nisa.nc_matmul(dst=acc[0:1, j0:j0 + nseg], stationary=ones[0:asz, :], moving=red)
+    elif not first:
+        dst = rows[0:asz, row_col + j0:row_col + j0 + nseg]
+        nisa.tensor_tensor(dst=dst, data1=dst, data2=red, op=nl.add)
 
 
-def _pair_group(i, il, ip, jt, ej, bias, ones, atiles, ktiles, nva, nvb, nj, exchange, res_os, res_x,
-                i_col, out_col):
-    """All pairs (i, j in the group): T tiles, denominators, fused reductions; results into res_*."""
+def _pair_group(i, il, ip, jt, ej, bias, ones, atiles, nva, nvb, nj, exchange, res_os, res_x, out_col, j_skip,
+                rowsums):
+    """All pairs (i, j in the group): T tiles, denominators, fused reductions; results into res_*
+    (per-pair mode: [1, nI·nJ] rows; row mode: one [asz, nI·nJ] tile per a tile)."""
     ncols = nj * nvb
     chunks = tiles(ncols, NFMAX)
-    acc_os = nl.ndarray((1, nj), dtype=nl.float32, buffer=nl.psum, name="acc_os")
-    acc_x = nl.ndarray((1, nj), dtype=nl.float32, buffer=nl.psum, name="acc_x") if exchange else None
+    acc_os = acc_x = None
+    if not rowsums:
+        acc_os = nl.ndarray((1, nj), dtype=nl.float32, buffer=nl.psum, name="acc_os")
+        acc_x = nl.ndarray((1, nj), dtype=nl.float32, buffer=nl.psum, name="acc_x") if exchange else None
     t_sb = []
     w_sb = []
     for at, (a0, asz) in enumerate(atiles):
@@ -143,7 +159,7 @@ def _pair_group(i, il, ip, jt, ej, bias, ones, atiles, ktiles, nva, nvb, nj, exc
             nisa.tensor_tensor(dst=w, data1=t, data2=r, op=nl.multiply)          # W = T/D' (T in PSUM)
             p1 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="tw")
             nisa.tensor_tensor(dst=p1, data1=w, data2=t, op=nl.multiply)         # T²/D'
-            _seg_reduce(acc_os, ones, p1, asz, c0, csz, nvb, 0)
+            _seg_reduce(acc_os, ones, p1, asz, c0, csz, nvb, res_os[at] if rowsums else None, out_col, c0 < NFMAX)
     if exchange:
         for at, (a0, asz) in enumerate(atiles):
             for c0, csz in chunks:
@@ -158,14 +174,29 @@ def _pair_group(i, il, ip, jt, ej, bias, ones, atiles, ktiles, nva, nvb, nj, exc
                                           data=t_sb[bt][lo - q0:hi - q0, jl * nvb + a0:jl * nvb + a0 + asz])
                 p2 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="ttw")
                 nisa.tensor_tensor(dst=p2, data1=w_sb[at][:, c0:c0 + csz], data2=tt, op=nl.multiply)
-                _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, 0)
-    # os = Σ T²/D = −Σ T²/D' (D' = −D): negate while evicting the per-pair sums (ScalarE)
-    nisa.activation(dst=res_os[0:1, out_col:out_col + nj], op=nl.copy, data=acc_os, scale=-1.0)
+                _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, res_x[at] if rowsums else None, out_col, c0 < NFMAX)
+    if rowsums:
+        return
+    # os = Σ T²/D = −Σ T²/D' (D' = −D): negate while evicting the per-pair sums (ScalarE). On a diagonal
+    # block the group may hold j < i (formed for free by the same matmuls): those are not written.
+    k0 = j_skip
+    nisa.activation(dst=res_os[0:1, out_col + k0:out_col + nj], op=nl.copy, data=acc_os[0:1, k0:nj], scale=-1.0)
     if exchange:
-        nisa.activation(dst=res_x[0:1, out_col:out_col + nj], op=nl.copy, data=acc_x, scale=-1.0)
+        nisa.activation(dst=res_x[0:1, out_col + k0:out_col + nj], op=nl.copy, data=acc_x[0:1, k0:nj], scale=-1.0)
 
 
-def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block):
+def _row_buffers(atiles, ncols, exchange):
+    """Row-mode result tiles: [asz, ncols] per a tile (zeroed: skipped pairs read as 0)."""
+    res_os, res_x = [], ([] if exchange else None)
+    for a0, asz in atiles:
+        for lst in ((res_os, res_x) if exchange else (res_os,)):
+            t = nl.ndarray((asz, ncols), dtype=nl.float32, buffer=nl.sbuf, name="res_rows")
+            nisa.memset(dst=t, value=0.0)
+            lst.append(t)
+    return res_os, res_x
+
+
+def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, rowsums=False):
     naux, ncol_i = bi_planes[0].shape
     nva = ev_a.shape[0]
     nI = ncol_i // nva
@@ -177,14 +208,20 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block):
     atiles = tiles(nva, PMAX)
     ni_blk = i_block if i_block else i_block_size(naux, nI, nJ, nva, nvb, x3)
 
-    out_os = nl.ndarray((nI, nJ), dtype=nl.float32, buffer=nl.shared_hbm)
-    out_x = nl.ndarray((nI, nJ), dtype=nl.float32, buffer=nl.shared_hbm) if exchange else None
-    res_os = nl.ndarray((1, nI * nJ), dtype=nl.float32, buffer=nl.sbuf, name="res_os")
-    nisa.memset(dst=res_os, value=0.0)
-    res_x = None
-    if exchange:
-        res_x = nl.ndarray((1, nI * nJ), dtype=nl.float32, buffer=nl.sbuf, name="res_x")
-        nisa.memset(dst=res_x, value=0.0)
+    if rowsums:
+        # per-pair partial sums over b for every a (nva numbers per pair; the host adds them in fp64),
+        # buffered per I sub-block and written after it
+        out_os = nl.ndarray((nva, nI * nJ), dtype=nl.float32, buffer=nl.shared_hbm)
+        out_x = nl.ndarray((nva, nI * nJ), dtype=nl.float32, buffer=nl.shared_hbm) if exchange else None
+    else:
+        out_os = nl.ndarray((nI, nJ), dtype=nl.float32, buffer=nl.shared_hbm)
+        out_x = nl.ndarray((nI, nJ), dtype=nl.float32, buffer=nl.shared_hbm) if exchange else None
+        res_os = nl.ndarray((1, nI * nJ), dtype=nl.float32, buffer=nl.sbuf, name="res_os")
+        nisa.memset(dst=res_os, value=0.0)
+        res_x = None
+        if exchange:
+            res_x = nl.ndarray((1, nI * nJ), dtype=nl.float32, buffer=nl.sbuf, name="res_x")
+            nisa.memset(dst=res_x, value=0.0)
 
     # launch constants: ones column, (ε_a − e_i) bias columns per a tile
     ones = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf, name="ones")
@@ -202,6 +239,8 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block):
     for i0 in range(0, nI, ni_blk):
         ni = min(ni_blk, nI - i0)
         ip = load_operand_tiles(bi_planes, ktiles, i0 * nva, ni * nva, stationary=True, name="b_i")
+        if rowsums:
+            res_os, res_x = _row_buffers(atiles, ni * nJ, exchange)
         resident_all = same and ni == nI
         jp = ip
         if resident_all and x3:
@@ -224,11 +263,18 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block):
                 i = i0 + il
                 if same and i >= j0 + nj:
                     continue                               # pairs i <= j only
-                _pair_group(i, il, ip, jt, ej, bias, ones, atiles, ktiles, nva, nvb, nj, exchange,
-                            res_os, res_x, 0, i * nJ + j0)
-    nisa.dma_copy(dst=out_os, src=res_os)
+                _pair_group(i, il, ip, jt, ej, bias, ones, atiles, nva, nvb, nj, exchange, res_os, res_x,
+                            (il if rowsums else i) * nJ + j0, max(0, i - j0) if same else 0, rowsums)
+        if rowsums:
+            for at, (a0, asz) in enumerate(atiles):
+                nisa.dma_copy(dst=out_os[a0:a0 + asz, i0 * nJ:(i0 + ni) * nJ], src=res_os[at])
+                if exchange:
+                    nisa.dma_copy(dst=out_x[a0:a0 + asz, i0 * nJ:(i0 + ni) * nJ], src=res_x[at])
+    if not rowsums:
+        nisa.dma_copy(dst=out_os, src=res_os)
+        if exchange:
+            nisa.dma_copy(dst=out_x, src=res_x)
     if exchange:
-        nisa.dma_copy(dst=out_x, src=res_x)
         return out_os, out_x
     return out_os
 
@@ -242,8 +288,13 @@ def mp2_energy(b_i, b_j, ev_a, neg_e_i, evb_minus_ej, exchange=True, same=False,
 @nki.jit
 def mp2_energy_x3(bi_hi, bi_lo, bj_hi, bj_lo, bj, ev_a, neg_e_i, evb_minus_ej, exchange=True, same=False,
                   i_block=0):
-    """fp32x3 pair energies: B planes split along Q per (i, a) / (j, b) column (hi bf16 + lo [+ full])."""
-    return _body((bi_hi, bi_lo), (bj_hi, bj_lo, bj), ev_a, neg_e_i, evb_minus_ej, exchange, same, i_block)
+    """fp32x3 pair energies: B planes split along Q per (i, a) / (j, b) column (hi bf16 + lo [+ full]).
+
+    Returns per-pair *row sums* so that the last levels of the sum happen in fp64 on the host:
+    os_rows (nva, nI·nJ) with os[i, j] = −Σ_a os_rows[a, i·nJ + j] (and x_rows alike); on a diagonal
+    block the columns of pairs i > j hold values that are to be ignored."""
+    return _body((bi_hi, bi_lo), (bj_hi, bj_lo, bj), ev_a, neg_e_i, evb_minus_ej, exchange, same, i_block,
+                 rowsums=True)
 
 
 def mp2_energy_reference(b_i, b_j, e_i, e_j, ev_a, ev_b, exchange=True):

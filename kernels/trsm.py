@@ -54,10 +54,12 @@ def trsm(linv_t, v, m_block=None):
 
 @nki.jit
 def trsm_x3(linv_t_hi, linv_t_lo, v_hi, v_lo, v, m_block=None):
-    """Compensated ``b = L⁻¹ v``: (L⁻¹)ᵀ = hi (bf16 grid) + lo (fp32); v = v_hi + v_lo, v (fp32)."""
+    """Compensated ``b = L⁻¹ v``: (L⁻¹)ᵀ = hi (bf16 grid) + lo (fp32); v = v_hi + v_lo, v (fp32).
+    Returns (b_exact, b_rest), float32 each; b = b_exact + b_rest (added in fp64 by the host)."""
     b = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((linv_t_hi, linv_t_lo), (v_hi, v_lo, v), b, lower=True, m_block=m_block)
-    return b
+    b_rest = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    gemm_body((linv_t_hi, linv_t_lo), (v_hi, v_lo, v), b, lower=True, m_block=m_block, out_rest=b_rest)
+    return b, b_rest
 
 
 def inverse_factor_t(l_chol: np.ndarray) -> np.ndarray:

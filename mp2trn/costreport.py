@@ -1,4 +1,11 @@
-"""Rendering of a modeled accelerator cost report (a JSON-able dict) as rich tables."""
+"""Rendering of an accelerator cost report (the dict an NKI device returns from ``cost_report()``, also
+stored in the JSON output under ``extras.mp2trn.cost``).
+
+For ``--device sim`` the report is a MODEL: the NKI emulator prices every instruction the kernels
+executed with the per-instruction cycle formulas of the NKI ISA docs and the engine clocks of each
+generation, so one emulated run gives a trn1 and a trn2 estimate. The table says so in its title.
+For ``--device neuron`` the report holds measured wall times.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +13,76 @@ from typing import Any
 
 from rich.table import Table
 
+STAGE_NAMES = {"ao_to_mo": "ao_to_mo", "metric": "metric", "pairs": "pairs"}
+KERNELS = "ao_to_mo = batched_gemm, metric = trsm, pairs = mp2_energy"
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+_SHORT = {"tensor": "T", "vector": "V", "scalar": "S", "gpsimd": "G", "dma": "D"}
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3f}"
+
+
+def _util(summary: dict[str, Any]) -> str:
+    u = summary.get("engine_utilization", {})
+    return " ".join(f"{_SHORT[e]}{100 * u.get(e, 0.0):.0f}" for e in ENGINES if e in u)
+
 
 def cost_table(cost: dict[str, Any]) -> Table:
-    """A table of the top-level scalar entries of a cost report, labelled as a model."""
-    table = Table(title="Modeled accelerator cost (a model, not a measurement)", title_justify="left", show_header=False)
-    table.add_column("item")
-    table.add_column("value")
-    for key, value in cost.items():
-        if isinstance(value, (dict, list)):
-            continue
-        table.add_row(str(key), f"{value:.4g}" if isinstance(value, float) else str(value))
+    """A rich table: per stage launches, modeled trn1/trn2 time, bottleneck, TensorE % of fp32 peak and
+    engine utilization (busy time / modeled time) — or measured wall times for ``neuron``."""
+    if cost.get("kind") == "measured":
+        return _measured_table(cost)
+    table = Table(
+        title=(f"MODELED Trainium time (NKI emulator cost model, not a measurement); "
+               f"blocks planned for {cost.get('target')}, precision {cost.get('precision')}"),
+        title_justify="left",
+        caption=(f"kernels: {KERNELS}. TE% = TensorE FLOP/s as % of fp32 peak (trn1); "
+                 "busy% = engine busy / modeled time on trn1 (T tensor, V vector, S scalar, G gpsimd, D dma)"),
+        caption_justify="left",
+    )
+    for col, just in (("stage", "left"), ("launches", "right"), ("trn1 ms", "right"), ("trn2 ms", "right"),
+                      ("bound", "left"), ("TE%", "right"), ("busy%", "left")):
+        table.add_column(col, justify=just)
+    for stage, entry in cost.get("stages", {}).items():
+        t1, t2 = entry.get("trn1", {}), entry.get("trn2", {})
+        table.add_row(STAGE_NAMES.get(stage, stage), str(entry.get("launches", "")), _ms(t1.get("modeled_time_s", 0)),
+                      _ms(t2.get("modeled_time_s", 0)), str(t1.get("bottleneck", "")),
+                      f"{t1.get('tensor_peak_pct_fp32', 0):.1f}", _util(t1))
+    tot = cost.get("total", {})
+    if tot:
+        t1, t2 = tot.get("trn1", {}), tot.get("trn2", {})
+        table.add_row("total", str(cost.get("launches", "")), _ms(t1.get("modeled_time_s", 0)),
+                      _ms(t2.get("modeled_time_s", 0)), "", f"{t1.get('tensor_peak_pct_fp32', 0):.1f}", _util(t1),
+                      style="bold")
     return table
+
+
+def _measured_table(cost: dict[str, Any]) -> Table:
+    table = Table(title=f"NeuronCore wall time ({cost.get('target')}, measured, incl. host<->device copies)",
+                  title_justify="left")
+    table.add_column("stage")
+    table.add_column("launches", justify="right")
+    table.add_column("wall ms", justify="right")
+    for stage, entry in cost.get("stages", {}).items():
+        table.add_row(STAGE_NAMES.get(stage, stage), str(entry.get("launches", "")), _ms(entry.get("wall_s", 0.0)))
+    return table
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    """The same information as plain text lines (scripts, logs)."""
+    lines = []
+    if cost.get("kind") == "measured":
+        lines.append(f"NeuronCore wall time ({cost.get('target')}), {cost.get('launches')} launches")
+        for stage, e in cost.get("stages", {}).items():
+            lines.append(f"  {stage:9s} launches {e['launches']:4d}  wall {_ms(e['wall_s'])} ms")
+        return lines
+    lines.append(f"MODELED Trainium cost (NKI emulator cost model, not a measurement); "
+                 f"target {cost.get('target')}, precision {cost.get('precision')}, {cost.get('launches')} launches")
+    rows = list(cost.get("stages", {}).items()) + [("total", {**cost.get("total", {}), "launches": cost.get("launches")})]
+    for stage, e in rows:
+        t1, t2 = e.get("trn1", {}), e.get("trn2", {})
+        lines.append(f"  {stage:9s} launches {e.get('launches', 0):4d}  trn1 {_ms(t1.get('modeled_time_s', 0))} ms  "
+                     f"trn2 {_ms(t2.get('modeled_time_s', 0))} ms  bottleneck {t1.get('bottleneck', '-')}  "
+                     f"TensorE {t1.get('tensor_peak_pct_fp32', 0):.1f}% fp32 peak  util {_util(t1)}")
+    return lines

@@ -17,8 +17,9 @@ objects through ``nki.jit`` on torch-neuronx tensors. Both plan the launches ide
 (:class:`LaunchPlan`): block sizes from the SBUF/PSUM budget of the target generation.
 
 Precisions (``supported_precisions``, first = default): ``fp32`` and the compensated ``fp32x3``
-(see :mod:`mp2trn.devices.nki_precision` and docs/precision.md). The host keeps (P|ia) and B in float32
-between stages in both modes (what HBM would hold); all sums over pairs are fp64 on the host.
+(see :mod:`mp2trn.devices.nki_precision` and docs/precision.md). Between stages the host keeps (P|ia)
+and B in float32 (fp32) or as the fp64 sum of the two fp32 planes the x3 kernels return (fp32x3 — on a
+NeuronCore these would stay in HBM as plane pairs); all sums over pairs are fp64 on the host.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class NkiDevice(Device):
     # -- interface ----------------------------------------------------------------------------------
     @property
     def storage_dtype(self) -> np.dtype:
-        return np.dtype(F32)
+        return np.dtype(np.float64 if self.x3 else F32)
 
     def describe(self) -> dict[str, Any]:
         from ..kernels import _nki
@@ -154,7 +155,7 @@ class NkiDevice(Device):
 
         p, nao, _ = ao.shape
         no, nv = c_occ.shape[1], c_vir.shape[1]
-        out = np.empty((p, no, nv), dtype=F32)
+        out = np.empty((p, no, nv), dtype=self.storage_dtype)
         if self.x3:
             beta = beta_for(nao)
             ao_hi, ao_lo = split(ao, 1, beta)          # grid per (P, μ) along ν (the contraction)
@@ -168,7 +169,8 @@ class NkiDevice(Device):
             g = self.plan.ao_group(nao, i1 - i0, nv)
             if self.x3:
                 args = (ao_hi, ao_lo, *split(co, 0, beta, with_full=True), *cv_planes, beta)
-                y = self.launcher.launch("ao_to_mo", batched_gemm_x3, args, {"group": g})
+                y_exact, y_rest = self.launcher.launch("ao_to_mo", batched_gemm_x3, args, {"group": g})
+                y = y_exact.astype(np.float64) + y_rest
             else:
                 args = (ao32, np.ascontiguousarray(co, dtype=F32), cv32)
                 y = self.launcher.launch("ao_to_mo", batched_gemm, args, {"group": g})
@@ -197,7 +199,8 @@ class NkiDevice(Device):
         mb = self.plan.m_block(naux, n)
         if self.x3:
             vh, vl, vf = split(v, 0, beta_for(naux), with_full=True)
-            return self.launcher.launch("metric", trsm_x3, (*planes, vh, vl, vf), {"m_block": mb})
+            b_exact, b_rest = self.launcher.launch("metric", trsm_x3, (*planes, vh, vl, vf), {"m_block": mb})
+            return b_exact.astype(np.float64) + b_rest
         return self.launcher.launch("metric", trsm, (planes[0], np.ascontiguousarray(v, dtype=F32)),
                                     {"m_block": mb})
 
@@ -207,11 +210,12 @@ class NkiDevice(Device):
 
         same = b_j is None
         naux, ni, nva = b_i.shape
-        bi = np.ascontiguousarray(b_i, dtype=F32).reshape(naux, ni * nva)
+        dt = self.storage_dtype                       # x3: split the fp64 B into planes below
+        bi = np.ascontiguousarray(b_i, dtype=dt).reshape(naux, ni * nva)
         if same:
             bj, e_j, ev_b = bi, e_i, ev_a
         else:
-            bj = np.ascontiguousarray(b_j, dtype=F32).reshape(naux, -1)
+            bj = np.ascontiguousarray(b_j, dtype=dt).reshape(naux, -1)
         nj, nvb = len(e_j), len(ev_b)
         consts = (np.asarray(ev_a, dtype=F32).reshape(nva, 1),
                   (-np.asarray(e_i, dtype=np.float64)).astype(F32).reshape(1, ni),
@@ -225,8 +229,12 @@ class NkiDevice(Device):
         else:
             out = self.launcher.launch("pairs", mp2_energy, (bi, bj, *consts), kw)
         os_, xx = (out if exchange else (out, None))
-        os_ = np.asarray(os_, dtype=np.float64).reshape(ni, nj)
-        xx = None if xx is None else np.asarray(xx, dtype=np.float64).reshape(ni, nj)
+        if self.x3:   # per-pair row sums (nva, ni·nj): the last level of each pair sum in fp64, negated
+            os_ = -np.asarray(os_, dtype=np.float64).sum(axis=0).reshape(ni, nj)
+            xx = None if xx is None else -np.asarray(xx, dtype=np.float64).sum(axis=0).reshape(ni, nj)
+        else:
+            os_ = np.asarray(os_, dtype=np.float64).reshape(ni, nj)
+            xx = None if xx is None else np.asarray(xx, dtype=np.float64).reshape(ni, nj)
         if same:
             os_ = np.triu(os_)
             xx = None if xx is None else np.triu(xx)
