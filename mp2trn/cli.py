@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape  # error text may contain [brackets], e.g. "mp2trn[neuron]"
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -51,7 +52,7 @@ def cli_errors(func):
         try:
             return func(*args, **kwargs)
         except Mp2trnError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("[bold red]interrupted[/]")
@@ -63,7 +64,7 @@ def cli_errors(func):
                 raise
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             err_console.print(
-                f"[bold red]internal error:[/] {type(exc).__name__}: {msg} (set MP2TRN_DEBUG=1 for a traceback)",
+                f"[bold red]internal error:[/] {type(exc).__name__}: {escape(msg)} (set MP2TRN_DEBUG=1 for a traceback)",
                 highlight=False,
                 soft_wrap=True,
             )
