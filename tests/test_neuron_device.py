@@ -1,0 +1,80 @@
+"""The ``neuron`` device: a clear error naming what to install when torch-neuronx / a real NKI are absent,
+and its launch path (tensors to the XLA device once per launch, one kernel call per block, results back
+once) exercised with a stand-in XLA device that runs the kernels in the emulator."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import mp2trn
+from mp2trn.cli import app
+from mp2trn.devices import get_device
+from mp2trn.devices import nki_launch
+from mp2trn.errors import DeviceUnavailableError
+
+from .conftest import molecule_path, scf_for
+
+
+def test_neuron_unavailable_names_what_to_install():
+    with pytest.raises(DeviceUnavailableError) as exc:
+        get_device("neuron")
+    msg = str(exc.value)
+    assert "mp2trn[neuron]" in msg and "pip.repos.neuron.amazonaws.com" in msg
+    assert "trn1" in msg and "--device sim" in msg and "emulator" in msg
+
+
+def test_neuron_unavailable_on_the_cli_is_one_line():
+    res = CliRunner().invoke(app, ["run", str(molecule_path("water")), "--device", "neuron"])
+    assert res.exit_code == DeviceUnavailableError.exit_code
+    assert len(res.output.strip().splitlines()) == 1 and "mp2trn[neuron]" in res.output
+
+
+@pytest.fixture
+def fake_xla(monkeypatch):
+    """Pretend torch-neuronx is there: an 'XLA device' that is the CPU; kernels run in the emulator."""
+    torch = pytest.importorskip("torch")
+    xm = types.ModuleType("torch_xla.core.xla_model")
+    xm.xla_device = lambda: torch.device("cpu")
+    xm.mark_step = lambda: None
+    pkg = types.ModuleType("torch_xla")
+    core = types.ModuleType("torch_xla.core")
+    pkg.core, core.xla_model = core, xm
+    monkeypatch.setitem(sys.modules, "torch_xla", pkg)
+    monkeypatch.setitem(sys.modules, "torch_xla.core", core)
+    monkeypatch.setitem(sys.modules, "torch_xla.core.xla_model", xm)
+    monkeypatch.setattr(nki_launch, "neuron_missing", lambda: None)
+    calls = []
+
+    def call(kernel, args, kwargs):
+        import mp2trn.nkiemu as emu
+
+        assert all(not isinstance(a, np.ndarray) for a in args)           # inputs are device tensors
+        host = [a.view(torch.int16).numpy().view(np.dtype("bfloat16")) if getattr(a, "dtype", None) == torch.bfloat16
+                else (a.numpy() if isinstance(a, torch.Tensor) else a) for a in args]
+        out = emu.simulate(kernel, target="trn1")(*host, **kwargs)
+        calls.append(kernel.__name__)
+        conv = lambda o: torch.from_numpy(np.ascontiguousarray(o))        # noqa: E731
+        return tuple(conv(o) for o in out) if isinstance(out, tuple) else conv(out)
+
+    return call, calls
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp32x3"])
+def test_neuron_path_runs_the_same_kernels_and_plan_as_sim(fake_xla, precision):
+    call, calls = fake_xla
+    mf = scf_for("water", "cc-pvdz")
+    dev = get_device("neuron", precision)
+    assert isinstance(dev.launcher, nki_launch.NeuronLauncher)
+    dev.launcher.call = call
+    pt = mp2trn.DFMP2(mf, device=dev).run()
+    sim = mp2trn.DFMP2(mf, device="sim", precision=precision).run()
+    assert pt.e_corr == pytest.approx(sim.e_corr, abs=1e-12)
+    assert pt.cost["kind"] == "measured" and pt.cost["launches_by_stage"] == sim.cost["launches_by_stage"]
+    assert sorted(set(calls)) == sorted({"batched_gemm", "trsm", "mp2_energy"} if precision == "fp32"
+                                        else {"batched_gemm_x3", "trsm_x3", "mp2_energy_x3"})
+    assert pt.result.what_ran["device"] == "neuron"

@@ -1,0 +1,102 @@
+"""The ``sim`` device: defaults, launch planning (a launch per block, never per pair), the cost report
+(trn1 and trn2 from one run), targets, and kernel-rule violations surfacing as KernelConstraintError."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import mp2trn
+from mp2trn.cli import app
+from mp2trn.devices import get_device
+from mp2trn.devices.nki_device import LaunchPlan
+from mp2trn.errors import InputError, KernelConstraintError
+
+from .conftest import molecule_path, scf_for
+
+
+def test_defaults_describe_and_precisions():
+    dev = get_device("sim")
+    assert dev.precision == "fp32" and dev.target == "trn1" and not dev.ao_packed
+    assert type(dev).supported_precisions == ("fp32", "fp32x3")
+    d = dev.describe()
+    assert d["device"] == "sim" and d["nki"].startswith("emulator") and d["target"] == "trn1"
+    assert get_device("sim", "fp32x3").storage_dtype == np.float64
+    with pytest.raises(InputError, match="fp64"):
+        get_device("sim", "fp64")
+    with pytest.raises(InputError, match="trn9"):
+        get_device("sim", target="trn9")
+
+
+def test_blocked_run_launches_per_block_and_matches_unblocked():
+    """Forced 2-orbital pair blocks and a small memory budget (several AO blocks): O(blocks) launches,
+    the same energies."""
+    mf = scf_for("water", "cc-pvdz")
+    one = mp2trn.DFMP2(mf, device="sim").run()
+    many = mp2trn.DFMP2(mf, device="sim", device_options={"blocks": {"occ_block": 2}}).run()
+    assert one.cost["launches_by_stage"] == {"ao_to_mo": 1, "metric": 1, "pairs": 1}
+    assert many.result.what_ran["occ_block"] == 2
+    assert many.cost["launches_by_stage"]["pairs"] == 3 * 4 // 2        # 5 orbitals -> 3 blocks
+    assert abs(many.e_corr - one.e_corr) < 2e-8          # fp32: other j grouping, other rounding
+
+
+def test_cost_report_has_both_generations_per_stage():
+    pt = mp2trn.DFMP2(scf_for("water", "cc-pvdz"), device="sim").run()
+    cost = pt.cost
+    assert cost["kind"] == "model" and "not a measurement" in cost["note"]
+    assert cost["launches"] == sum(cost["launches_by_stage"].values()) == 3
+    for stage, kernel in (("ao_to_mo", "batched_gemm"), ("metric", "trsm"), ("pairs", "mp2_energy")):
+        e = cost["stages"][stage]
+        assert e["kernels"] == [kernel]
+        for t in ("trn1", "trn2"):
+            s = e[t]
+            assert s["modeled_time_s"] > 0 and s["flops"] > 0 and 0 < s["tensor_peak_pct_fp32"] <= 100
+            assert s["bottleneck"] in s["engine_busy_s"]
+            assert s["peak_sbuf_bytes_per_partition"] <= {"trn1": 180224, "trn2": 212984}["trn1"]
+    tot = cost["total"]["trn1"]
+    assert tot["modeled_time_s"] == pytest.approx(sum(cost["stages"][s]["trn1"]["modeled_time_s"] for s in cost["stages"]))
+    json.dumps(cost)                                     # JSON-able as it goes to extras.mp2trn.cost
+
+
+def test_target_trn2_plans_for_trn2():
+    pt = mp2trn.DFMP2(scf_for("water", "cc-pvdz"), device="sim", device_options={"target": "trn2"}).run()
+    assert pt.result.what_ran["target"] == "trn2" and pt.cost["target"] == "trn2"
+    assert LaunchPlan("trn2").budget > LaunchPlan("trn1").budget
+
+
+def test_kernel_rule_violation_is_a_kernel_constraint_error():
+    """An oversize AO group: 112 aux functions x 9 alpha orbitals = 1008 fp32 columns of X; the 57th
+    function's 9 columns (504..512) straddle the 2 KiB PSUM bank boundary, which a matmul output cannot."""
+    mf = scf_for("oxygen_triplet", "cc-pvdz")
+    with pytest.raises(KernelConstraintError, match=r"batched_gemm.*ao_to_mo.*trn1.*rule nc_matmul\.psum_bank"):
+        mp2trn.DFMP2(mf, device="sim", device_options={"blocks": {"ao_group": 200}}).run()
+
+
+def test_kernel_rule_violation_reaches_the_cli_as_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("MP2TRN_NKI_BLOCKS", "ao_group=200")
+    out = tmp_path / "e.json"
+    res = CliRunner().invoke(app, ["run", str(molecule_path("oxygen_triplet")), "--device", "sim", "--json", str(out)])
+    assert res.exit_code == KernelConstraintError.exit_code == 6
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "nc_matmul.psum_bank" in lines[0]
+    assert not out.exists()
+
+
+def test_sbuf_capacity_violation_names_the_rule():
+    """Forcing a 2000-orbital-wide resident I block through the device: SBUF capacity of trn1."""
+    dev = get_device("sim", blocks={"i_block": 64})
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal((1024, 64, 200)) * 0.01
+    e = -np.linspace(1, 2, 64)
+    ev = np.linspace(0.5, 3, 200)
+    with pytest.raises(KernelConstraintError, match=r"mp2_energy.*capacity\.sbuf"):
+        dev.pair_energies(b, None, e, e, ev, ev, exchange=True)
+
+
+def test_bad_block_override_is_an_input_error(monkeypatch):
+    monkeypatch.setenv("MP2TRN_NKI_BLOCKS", "ao_group=lots")
+    with pytest.raises(InputError, match="MP2TRN_NKI_BLOCKS"):
+        get_device("sim")
