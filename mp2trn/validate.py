@@ -50,15 +50,11 @@ from rich.table import Table
 from . import __version__
 from .cli import (
     AuxOpt,
-    ChargeOpt,
     ConvOpt,
     DeviceOpt,
-    FrozenOpt,
     JkOpt,
-    JsonOpt,
     MaxCycleOpt,
     MemOpt,
-    MultOpt,
     PrecOpt,
     QuietOpt,
     ScfDfOpt,
@@ -924,10 +920,10 @@ def interaction(
     counterpoise: bool = typer.Option(True, "--cp/--no-cp", help="Counterpoise correction (fragments in the complex's basis, ghost atoms)."),
     basis: str = typer.Option("cc-pvdz", "--basis", "-b", help="Orbital basis set."),
     auxbasis: Optional[str] = AuxOpt,
-    charge: Optional[int] = ChargeOpt,
-    multiplicity: Optional[int] = MultOpt,
+    charge: Optional[int] = typer.Option(None, "--charge", "-c", help="Charge of the complex (default: the sum of the fragment charges)."),
+    multiplicity: Optional[int] = typer.Option(None, "--multiplicity", "-m", help="Multiplicity of the complex (default: high spin, 1 + Σ(m_k − 1))."),
     unit: Unit = UnitOpt,
-    frozen_core: str = FrozenOpt,
+    frozen_core: str = typer.Option("none", "--frozen-core", help="auto (noble-gas cores of each calculation's real atoms) or none."),
     scf_df: bool = ScfDfOpt,
     jkbasis: Optional[str] = JkOpt,
     conv_tol: float = ConvOpt,
@@ -936,7 +932,7 @@ def interaction(
     precision: Optional[str] = PrecOpt,
     memory: Optional[float] = MemOpt,
     target: Optional[Target] = TargetOpt,
-    json_path: Optional[Path] = JsonOpt,
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write ΔE (under interaction_energy, Eh) and every calculation's result here (atomically)."),
     quiet: bool = QuietOpt,
 ) -> None:
     """Counterpoise-corrected interaction energy (SCF, MP2 and SCS-MP2) of a complex."""

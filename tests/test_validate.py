@@ -174,6 +174,12 @@ def test_interaction_set_subset(tmp_path):
     assert -4.2 < r["ie_mp2_kcal"] < -3.6
     assert doc["summary"]["mp2_vs_reference_kcal"]["n"] == 1
     assert (out / "validate_s22.png").is_file()
+    # without the PySCF cross-check: the reference comparison only, nothing to fail on
+    res = invoke("--set", "s22", "--only", "water_dimer", "--no-pyscf", "--out", tmp_path / "nopyscf")
+    assert res.exit_code == 0, res.output
+    r2 = _doc(tmp_path / "nopyscf", "validate_s22_cpu_fp64")["rows"][0]
+    assert r2["passed"] and r2["abs_diff"] is None and r2["t_pyscf"] is None
+    assert r2["ie_mp2_kcal"] == pytest.approx(r["ie_mp2_kcal"], abs=1e-6)
 
 
 # --- bad inputs: one line, exit code, nothing written ---------------------------------------------
