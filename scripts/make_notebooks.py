@@ -135,6 +135,8 @@ from mp2trn.kernels.mp2_energy import i_block_size, j_groups, mp2_energy, mp2_en
 
 print("kernels bound to:", _nki.NKI_IMPL, "| emulator NKI API", nki.__version__)
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+# SBUF bytes per partition the kernel plans with on each generation (85 % of the usable SBUF, as kernels/gemm.py)
+BUDGET = {t: int(nki.get_target(t).sbuf_usable_bytes * 0.85) for t in ("trn1", "trn2")}
 COLORS = dict(zip(ENGINES, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:gray")))"""),
     ("md", """## 1. How the work is tiled
 
@@ -165,13 +167,15 @@ for each a tile → Q tiles accumulate into PSUM. The cell below prints the tili
     t_mm = visits * nat * nk * (-(-ncol // NFMAX))
     print(f"naux={naux} nocc={nocc} nvir={nvir}: {nk} Q tile(s) of <=128 partitions, {nat} a tile(s) of <=128")
     print(f"  j-groups: {len(groups)} of {per_group} j's = {ncol} moving columns (PSUM bank holds {NFMAX} fp32)")
-    print(f"  I block resident in SBUF: {i_block_size(naux, nocc, nocc, nvir, nvir, budget=int(180224 * .85))} of {nocc} "
-          f"occupied (trn1 budget), {i_block_size(naux, nocc, nocc, nvir, nvir, budget=int(212984 * .85))} (trn2)")
+    blk = {t: i_block_size(naux, nocc, nocc, nvir, nvir, budget=b) for t, b in BUDGET.items()}
+    print(f"  I block resident in SBUF: {blk['trn1']} of {nocc} occupied (trn1 budget), {blk['trn2']} (trn2)")
     print(f"  {n_pairs} pairs formed, {visits} (i, j-group) visits, {t_mm} T matmuls "
           f"[{min(naux, PMAX)}x{min(nvir, PMAX)}]ᵀ·[{min(naux, PMAX)}x{ncol}]")
+    n_sums = visits * nat * (-(-ncol // NFMAX))     # ones-vector sums over a, per (visit, a tile, chunk)
+    return {"T": t_mm, "ones": 2 * n_sums}          # os and x (exchange) each
 
-tiling(256, 8, 96)
-tiling(1024, 32, 200)"""),
+demo_tiling = tiling(256, 8, 96)
+tiling(1024, 32, 200);"""),
     ("md", """## 2. Run it in the emulator and check it against NumPy
 
 A random but well-conditioned block: B ~ N(0, 1/naux), occupied energies in [−1.5, −0.5] Eh, virtual ones in
@@ -211,6 +215,11 @@ time (engines overlap perfectly: max over engines + 15 µs launch overhead), a d
 a pessimistic no-overlap sum. The same instruction trace is re-priced for trn1 with `priced_for` (different clocks
 and DMA bandwidth; the instruction stream is the one planned for trn2 — at this size trn1 plans the same blocks)."""),
     ("code", """print(report.table())
+n_mm = report.instruction_counts["tensor"]["nc_matmul"]
+print()
+predicted = demo_tiling["T"] + demo_tiling["ones"]
+print(f"nc_matmul count {n_mm}; section 1 predicts {demo_tiling['T']} T tiles + {demo_tiling['ones']} ones-vector sums = {predicted}"
+      + ("" if n_mm == predicted else "  (differs: the kernel's loop structure changed since this notebook was written)"))
 reports = {"trn1": report.priced_for("trn1"), "trn2": report}
 print()
 for t, r in reports.items():
@@ -265,7 +274,13 @@ t0 = time.perf_counter()
 nvirs, nauxs = [32, 64, 96, 128, 192, 256], [128, 256, 384, 512, 768, 1024]
 by_nvir = {nv: sweep_point(512, NOCC, nv) for nv in nvirs}
 by_naux = {nq: sweep_point(nq, NOCC, 128) for nq in nauxs}
-print(f"{len(nvirs) + len(nauxs)} launches emulated in {time.perf_counter() - t0:.1f} s")
+print(f"{len(nvirs) + len(nauxs)} launches emulated in {time.perf_counter() - t0:.1f} s (laptop wall time)")
+points = [(512, v) for v in nvirs] + [(q, 128) for q in nauxs]
+print("trn1 would plan the same (whole) I block at every point, so the re-priced trn2 trace is what trn1 would run:",
+      all(i_block_size(q, NOCC, NOCC, v, v, budget=b) == NOCC for q, v in points for b in BUDGET.values()))
+for t, r in by_nvir[32].items():
+    print(f"{t} model parameters: clocks (GHz) " + ", ".join(f"{e} {hz / 1e9:.2f}" for e, hz in r.target.clock_hz.items())
+          + f"; TensorE fp32 peak {r.target.peak_flops['fp32'] / 1e12:.0f} TFLOP/s")
 
 def ceiling(naux, nvir):   # TensorE fill of the T matmuls: K = Q tile rows and M = a tile columns of the 128x128 array
     return 100 * naux / (PMAX * -(-naux // PMAX)) * nvir / (PMAX * -(-nvir // PMAX))
@@ -348,7 +363,7 @@ device/precision of the three tensor stages (AO→MO transform, metric solve, pa
 | `sim fp32x3` | the NKI kernels in the emulator | compensated: operands split into a bf16-exact hi part + fp32 lo part, 3 matmuls per tile |
 | `bf16 pairs` | `sim fp32`, with B rounded to bf16 before the `mp2_energy` kernel | pair GEMM inputs bf16 (round-to-nearest-even), products accumulated in fp32 |
 
-There is no bf16 mode on the `sim` device. `bf16 pairs` is emulated here by a 5-line subclass of the `sim` device that
+There is no bf16 mode on the `sim` device. `bf16 pairs` is emulated here by a small subclass of the `sim` device that
 rounds B to bfloat16 (`ml_dtypes`) and hands the rounded values, stored as float32, to the fp32 `mp2_energy` kernel:
 a product of two bf16 numbers is exact in fp32, so this is exactly the numerics of **bf16 inputs with fp32
 accumulation** on TensorE (only the summation order may differ from hardware). The other stages stay fp32."""),
@@ -381,11 +396,12 @@ class Bf16PairsDevice(SimDevice):
         return super().pair_energies(to_bf16(b_i), None if b_j is None else to_bf16(b_j), e_i, e_j, ev_a, ev_b, exchange)
 
 
-MODES = {   # label -> keyword arguments of mp2trn.DFMP2
-    "cpu fp32": dict(device="cpu", precision="fp32"),
-    "sim fp32": dict(device="sim", precision="fp32"),
-    "sim fp32x3": dict(device="sim", precision="fp32x3"),
-    "bf16 pairs": dict(device=None),          # a fresh Bf16PairsDevice per run, see below
+REFERENCE = {"cpu fp64": lambda: dict(device="cpu", precision="fp64")}
+MODES = {   # label -> keyword arguments of mp2trn.DFMP2 (a fresh device per run)
+    "cpu fp32": lambda: dict(device="cpu", precision="fp32"),
+    "sim fp32": lambda: dict(device="sim", precision="fp32"),
+    "sim fp32x3": lambda: dict(device="sim", precision="fp32x3"),
+    "bf16 pairs": lambda: dict(device=Bf16PairsDevice(precision="fp32")),
 }"""),
     ("md", """## 1. Runs
 
@@ -400,11 +416,9 @@ for name, basis in SYSTEMS:
     mol = build_mole(MOLECULES / f"{name}.xyz", basis=basis)
     mf = (scf.UHF(mol) if mol.spin else scf.RHF(mol)).density_fit().run(conv_tol=1e-10, verbose=0)
     runs = {}
-    for label, kw in [("cpu fp64", dict(device="cpu", precision="fp64")), *MODES.items()]:
-        if label == "bf16 pairs":
-            kw = dict(device=Bf16PairsDevice(precision="fp32"))
+    for label, kwargs in {**REFERENCE, **MODES}.items():
         t0 = time.perf_counter()
-        pt = mp2trn.DFMP2(mf, keep_pair_energies=True, **kw).run()
+        pt = mp2trn.DFMP2(mf, keep_pair_energies=True, **kwargs()).run()
         runs[label] = dict(e_corr=pt.e_corr, pairs=pt.result.pair_energies, wall=time.perf_counter() - t0)
     key = f"{name}/{basis}"
     results[key] = dict(ref="UHF" if mol.spin else "RHF", sizes=pt.result.sizes, runs=runs)
@@ -451,8 +465,8 @@ plt.show()"""),
 * **sim fp32** is worse than **cpu fp32**: on the device every stage (including the AO→MO transform) is fp32 and
   each pair's nva·nvb terms are summed in fp32 on chip, whereas the cpu fp32 path keeps the transform and the
   per-pair sums in fp64.
-* **sim fp32x3** (compensated) recovers most of the fp32 loss at the cost of three matmuls per tile and the per-pair
-  row sums being finished in fp64 on the host.
+* **sim fp32x3** (compensated) recovers the device's fp32 loss and lands at about the cpu fp32 level, at the cost of
+  three matmuls per tile and of writing per-pair row sums that the host finishes in fp64.
 
 ## 3. Where the error sits: pair energies e_ij
 
