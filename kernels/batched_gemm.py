@@ -51,12 +51,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._nki import nki, nisa, nl
-from .gemm import FP32, NFMAX, PMAX, evict, matmul_planes, sbuf_budget, tiles
+from .gemm import EXP_MASK, FP32, MAGIC, NFMAX, PMAX, evict, matmul_planes, sbuf_budget, store_rows, tiles
 
 __all__ = ["batched_gemm", "batched_gemm_x3", "batched_gemm_reference", "group_size"]
-
-MAGIC = 1.5 * 2.0 ** 23          # x + MAGIC·g − MAGIC·g rounds x to a multiple of g (|x| < 2^22·g)
-EXP_MASK = 0x7F800000           # fp32 exponent bits: (bits & mask) reinterpreted = 2^floor(log2 |x|)
 
 
 def group_size(nao, no, nv, x3=False, budget=None):
@@ -75,18 +72,29 @@ def group_size(nao, no, nv, x3=False, budget=None):
 
 
 def _load_ao_group(ao_planes, g0, gs, nao, ktiles, x3):
-    """One dma_copy per ν tile and plane: ao[g0:g0+gs, ν-tile, :] -> SBUF [ν, gs, nao]."""
+    """ao[g0:g0+gs, ν, :] for every ν tile -> SBUF views [ν (partitions), gs, nao]. All full 128-row ν
+    tiles of a plane arrive in ONE dma_copy through a 4-level access pattern [ν-in-tile, ν-tile, P, μ]
+    (each partition reads gs·ntiles contiguous rows of nao); a short last ν tile gets its own."""
+    full = [t for t in ktiles if t[1] == PMAX]
+    per_plane = []
+    for pi, src in enumerate(ao_planes):
+        dt = nl.bfloat16 if (x3 and pi == 0) else nl.float32
+        views = []
+        if full:
+            big = nl.ndarray((PMAX, len(full), gs, nao), dtype=dt, buffer=nl.sbuf, name="ao_tiles")
+            nisa.dma_copy(dst=big, src=src.ap([[nao, PMAX], [PMAX * nao, len(full)], [nao * nao, gs], [1, nao]],
+                                              offset=g0 * nao * nao))
+            views = [big[:, i, :, :] for i in range(len(full))]
+        for k0, ksz in ktiles[len(full):]:
+            t = nl.ndarray((ksz, gs, nao), dtype=dt, buffer=nl.sbuf, name="ao_tail")
+            nisa.dma_copy(dst=t, src=src.ap([[nao, ksz], [nao * nao, gs], [1, nao]], offset=g0 * nao * nao + k0 * nao))
+            views.append(t)
+        per_plane.append(views)
     out = []
-    for k0, ksz in ktiles:
-        planes = []
-        for pi, src in enumerate(ao_planes):
-            dt = nl.bfloat16 if (x3 and pi == 0) else nl.float32
-            t = nl.ndarray((ksz, gs, nao), dtype=dt, buffer=nl.sbuf, name="ao_tile")
-            nisa.dma_copy(dst=t, src=src.ap([[nao, ksz], [nao * nao, gs], [1, nao]],
-                                            offset=g0 * nao * nao + k0 * nao))
-            planes.append(t)
+    for k in range(len(ktiles)):
+        planes = [pp[k] for pp in per_plane]
         if x3:
-            hi32 = nl.ndarray((ksz, gs, nao), dtype=nl.float32, buffer=nl.sbuf, name="ao_hi32")
+            hi32 = nl.ndarray(planes[0].shape, dtype=nl.float32, buffer=nl.sbuf, name="ao_hi32")
             nisa.tensor_copy(dst=hi32, src=planes[0], engine=nisa.gpsimd_engine)
             planes = [planes[0], hi32, planes[1]]
         out.append(planes)
@@ -190,19 +198,27 @@ def _from_rows(rows, out, ktiles, r0, rsz, c0, csz, planes):
 
 def _second_half(xst, cvir, ktiles, ncols, nv, out, row0, out_rest=None):
     """Y[(P,i) rows, a] = Σ_μ X[μ, rows]ᵀ C_vir[μ, a] -> out rows row0 + (P,i) (fp32x3: exact part to
-    ``out``, corrections to ``out_rest``)."""
-    for r0, rsz in tiles(ncols, PMAX):
-        for a0, asz in tiles(nv, NFMAX):
-            acc = nl.ndarray((rsz, asz), dtype=nl.float32, buffer=nl.psum, name="y_acc")
-            rest = None
-            if out_rest is not None:
-                rest = nl.ndarray((rsz, asz), dtype=nl.float32, buffer=nl.psum, name="y_rest")
+    ``out``, corrections to ``out_rest``). Full 128-row tiles are staged and stored with one DMA per
+    column chunk."""
+    rtiles = tiles(ncols, PMAX)
+    nfull = sum(1 for _, r in rtiles if r == PMAX)
+    outs = [out] if out_rest is None else [out, out_rest]
+    for a0, asz in tiles(nv, NFMAX):
+        stage = [nl.ndarray((PMAX, max(nfull, 1), asz), dtype=nl.float32, buffer=nl.sbuf, name="y_stage")
+                 for _ in outs]
+        mv = [tuple(p[:, a0:a0 + asz] for p in planes) for planes in cvir]
+        for ri, (r0, rsz) in enumerate(rtiles):
+            accs = [nl.ndarray((rsz, asz), dtype=nl.float32, buffer=nl.psum, name="y_acc") for _ in outs]
             st = [tuple(p[:, r0:r0 + rsz] for p in planes) for planes in xst]
-            mv = [tuple(p[:, a0:a0 + asz] for p in planes) for planes in cvir]
-            matmul_planes(acc, st, mv, rest)
-            evict(out[row0 + r0:row0 + r0 + rsz, a0:a0 + asz], acc, rsz, asz, name="y_sb")
-            if rest is not None:
-                evict(out_rest[row0 + r0:row0 + r0 + rsz, a0:a0 + asz], rest, rsz, asz, name="y_rest_sb")
+            matmul_planes(accs[0], st, mv, accs[1] if len(accs) > 1 else None)
+            for o, acc, sg in zip(outs, accs, stage):
+                if rsz == PMAX:
+                    nisa.tensor_copy(dst=sg[:, ri, :], src=acc)
+                else:
+                    evict(o[row0 + r0:row0 + r0 + rsz, a0:a0 + asz], acc, rsz, asz, name="y_sb")
+        if nfull:
+            for o, sg in zip(outs, stage):
+                store_rows(o, row0, nfull * PMAX, a0, asz, sg)
 
 
 def _body(ao_planes, co_planes, cv_planes, out, group, beta, out_rest=None):

@@ -9,11 +9,14 @@ Shapes and layout
 
 Tiling
     K in tiles of 128 (partition dim), M in tiles of 128 (stationary free dim, ``gemm_stationary_fmax``),
-    N in chunks of 512 (moving free dim = one 2 KiB PSUM bank of fp32, ``gemm_moving_fmax``).
-    A block of M-tiles of A_T ("panel": all K tiles × up to ``m_block`` M-tiles) is loaded once with one
-    ``dma_copy`` per K-tile and stays resident in SBUF while every N chunk of B streams past it; each B
-    chunk (all K tiles) is loaded once per panel and reused by every M-tile of the panel. The panel
-    height is chosen from the SBUF budget of the target generation (``total_available_sbuf_size``).
+    N in chunks of ≤ 512 (moving free dim ≤ one 2 KiB PSUM bank of fp32, ``gemm_moving_fmax``).
+    A block of M-tiles of A_T ("panel": all K tiles × up to ``m_block`` M-tiles) is loaded once and stays
+    resident in SBUF while every N chunk of B streams past it; each B chunk (all K tiles) is loaded once
+    per panel and reused by every M-tile of the panel. All full K tiles of a panel or chunk arrive in ONE
+    ``dma_copy`` (access pattern [row in tile, tile, column]) and the full output tiles of a panel leave
+    in one: DMAs have a fixed cost. Panel height and chunk width are chosen together from the SBUF budget
+    of the target generation (``total_available_sbuf_size``) to minimize the bytes streamed from HBM
+    (:func:`plan_panels`).
 
 Engines
     DMA: HBM→SBUF panel/chunk loads (≥ 2 KiB per partition per transfer), SBUF→HBM result tiles.
@@ -56,6 +59,8 @@ PMAX = 128      # nl.tile_size.pmax
 MFMAX = 128     # nl.tile_size.gemm_stationary_fmax
 NFMAX = 512     # nl.tile_size.gemm_moving_fmax == psum_fmax (fp32 elements in one PSUM bank)
 FP32 = 4
+MAGIC = 1.5 * 2.0 ** 23          # fl(fl(x + MAGIC·g) − MAGIC·g) rounds x to a multiple of g (|x| < 2^22·g)
+EXP_MASK = 0x7F800000           # fp32 exponent bits: (bits & mask) reinterpreted = 2^floor(log2 |x|)
 
 __all__ = ["gemm", "gemm_x3", "gemm_reference", "tiles", "gemm_body", "load_rows", "load_operand_tiles",
            "matmul_planes", "evict", "sbuf_budget"]
@@ -83,6 +88,25 @@ def load_rows(src, r0, rsz, c0, csz, dtype, name=""):
     return t
 
 
+def load_ktiles(src, ktiles, c0, csz, dtype, name=""):
+    """Columns c0:c0+csz of every K tile of the 2-D HBM tensor ``src`` (K, ·) -> list of [ksz, csz]
+    SBUF views. All full 128-row tiles arrive in ONE dma_copy through an access pattern
+    (partition = row within the tile, then tile, then column) into an SBUF tile [128, ntiles, csz];
+    a shorter last tile gets its own transfer. Fewer, larger DMAs: each transfer has a fixed cost."""
+    ncols = src.shape[1]
+    full = [t for t in ktiles if t[1] == PMAX]
+    out = []
+    if full:
+        k0 = full[0][0]
+        big = nl.ndarray((PMAX, len(full), csz), dtype=dtype, buffer=nl.sbuf, name=name)
+        nisa.dma_copy(dst=big, src=src.ap([[ncols, PMAX], [PMAX * ncols, len(full)], [1, csz]],
+                                          offset=k0 * ncols + c0))
+        out = [big[:, i, :] for i in range(len(full))]
+    for k0, ksz in ktiles[len(full):]:
+        out.append(load_rows(src, k0, ksz, c0, csz, dtype, name))
+    return out
+
+
 def load_operand_tiles(planes, ktiles, c0, csz, stationary, name=""):
     """Load one operand (a tuple of HBM planes, all (K, ·)) for columns c0:c0+csz as a list over K-tiles
     of plane tuples ready for :func:`matmul_planes`.
@@ -90,21 +114,30 @@ def load_operand_tiles(planes, ktiles, c0, csz, stationary, name=""):
     fp32:    planes = (x,)                        -> [(x_k,)]
     fp32x3:  stationary planes = (x_hi, x_lo)     -> [(hi16_k, hi32_k, lo_k)]  (hi32 = GpSimd copy of hi16)
              moving planes     = (x_hi, x_lo, x)  -> [(hi16_k, lo_k, x_k)]
+    ``ktiles`` must be full 128-row tiles except possibly the last one.
     """
-    out = []
-    for k0, ksz in ktiles:
-        if len(planes) == 1:
-            out.append((load_rows(planes[0], k0, ksz, c0, csz, nl.float32, name),))
-            continue
-        hi16 = load_rows(planes[0], k0, ksz, c0, csz, nl.bfloat16, name + "_hi")
-        lo = load_rows(planes[1], k0, ksz, c0, csz, nl.float32, name + "_lo")
-        if stationary:
-            hi32 = nl.ndarray((ksz, csz), dtype=nl.float32, buffer=nl.sbuf, name=name + "_hi32")
-            nisa.tensor_copy(dst=hi32, src=hi16, engine=nisa.gpsimd_engine)   # exact widening
-            out.append((hi16, hi32, lo))
-        else:
-            out.append((hi16, lo, load_rows(planes[2], k0, ksz, c0, csz, nl.float32, name + "_x")))
-    return out
+    if len(planes) == 1:
+        return [(t,) for t in load_ktiles(planes[0], ktiles, c0, csz, nl.float32, name)]
+    hi16 = load_ktiles(planes[0], ktiles, c0, csz, nl.bfloat16, name + "_hi")
+    lo = load_ktiles(planes[1], ktiles, c0, csz, nl.float32, name + "_lo")
+    if stationary:
+        out = []
+        for h, l_ in zip(hi16, lo):
+            hi32 = nl.ndarray(h.shape, dtype=nl.float32, buffer=nl.sbuf, name=name + "_hi32")
+            nisa.tensor_copy(dst=hi32, src=h, engine=nisa.gpsimd_engine)   # exact widening
+            out.append((h, hi32, l_))
+        return out
+    full = load_ktiles(planes[2], ktiles, c0, csz, nl.float32, name + "_x")
+    return list(zip(hi16, lo, full))
+
+
+def store_rows(dst, r0, rows, n0, nsz, tiles_sb, name=""):
+    """Write output row tiles to ``dst`` (2-D HBM) rows r0.., columns n0:n0+nsz: ``tiles_sb`` is an SBUF
+    tile [128, n, nsz] holding n full 128-row tiles (one dma_copy through an access pattern) — the
+    counterpart of :func:`load_ktiles`."""
+    ncols = dst.shape[1]
+    nisa.dma_copy(dst=dst.ap([[ncols, PMAX], [PMAX * ncols, rows // PMAX], [1, nsz]], offset=r0 * ncols + n0),
+                  src=tiles_sb)
 
 
 def matmul_planes(acc, stationary, moving, acc_rest=None):
@@ -136,27 +169,49 @@ def evict(dst_hbm, acc, rows, cols, name="res"):
     nisa.dma_copy(dst=dst_hbm, src=res)
 
 
+def plan_panels(nk, nm, N, x3, m_block=None, budget=None):
+    """(M tiles per resident A panel, column-chunk width of B) minimizing the bytes streamed from HBM:
+    B is read once per panel, so taller panels mean less traffic; a narrower B chunk (double-buffered)
+    leaves SBUF for a taller panel. Widths 512/256/128 (a chunk of ≥ 128 moving columns keeps TensorE
+    at full rate in the cost model, max(64, N))."""
+    a_bytes = 10 if x3 else FP32           # per stationary element in SBUF (hi16 + hi32 + lo)
+    b_bytes = 10 if x3 else FP32           # per moving element (hi16 + lo + x)
+    outs = 2 if x3 else 1
+    budget = sbuf_budget() if budget is None else budget
+    best = None
+    for width in (NFMAX, 256, 128):
+        if width > max(N, 1) and width != NFMAX:
+            continue
+        fixed = 2 * nk * width * b_bytes + 2 * outs * 4 * width * FP32
+        mb = m_block or max(1, (budget - fixed) // (nk * MFMAX * a_bytes))
+        panels = -(-nm // mb)
+        key = (panels, -width)
+        if best is None or key < best[0]:
+            best = (key, mb, width)
+        if m_block:
+            break
+    return best[1], best[2]
+
+
 def _views(tile_list, c0, csz):
     return [tuple(p[:, c0:c0 + csz] for p in planes) for planes in tile_list]
 
 
-def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None):
+def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None, n_width=None):
     """Shared body of gemm/gemm_x3/trsm: ``out[M, N] = A_Tᵀ B`` with A_T given by ``a_planes`` and B by
     ``b_planes`` (HBM). ``lower=True``: A_T is block upper-triangular with the same tiling on K and M
     (A = A_Tᵀ lower triangular), so K tiles above the output tile's M tile are skipped entirely (never
     loaded, never multiplied). ``m_block``: M tiles per resident panel (None: from the SBUF budget).
-    ``out_rest`` (fp32x3): the exact hi·hi part goes to ``out`` and the corrections to ``out_rest``."""
+    ``out_rest`` (fp32x3): the exact hi·hi part goes to ``out`` and the corrections to ``out_rest``.
+    ``n_width``: columns of B per streamed chunk (None: chosen with the panel height, :func:`plan_panels`)."""
     K, M = a_planes[0].shape
     N = b_planes[0].shape[1]
     ktiles = tiles(K, PMAX)
     mtiles = tiles(M, MFMAX)
-    ntiles = tiles(N, NFMAX)
     x3 = len(a_planes) > 1
-    a_bytes = 10 if x3 else FP32           # per stationary element in SBUF (hi16 + hi32 + lo)
-    b_bytes = 10 if x3 else FP32           # per moving element (hi16 + lo + x)
-    if m_block is None:
-        fixed = 2 * len(ktiles) * NFMAX * b_bytes + 4 * NFMAX * FP32
-        m_block = max(1, (sbuf_budget() - fixed) // (len(ktiles) * MFMAX * a_bytes))
+    if m_block is None or n_width is None:
+        m_block, n_width = plan_panels(len(ktiles), len(mtiles), N, x3, m_block)
+    ntiles = tiles(N, n_width)
     for mb0 in range(0, len(mtiles), m_block):
         blk = mtiles[mb0:mb0 + m_block]
         c0 = blk[0][0]
@@ -165,16 +220,22 @@ def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None)
         panel = load_operand_tiles(a_planes, ktiles[:kmax], c0, csz, stationary=True, name="a_panel")
         for n0, nsz in ntiles:
             chunk = load_operand_tiles(b_planes, ktiles[:kmax], n0, nsz, stationary=False, name="b_chunk")
+            nfull = sum(1 for _, msz in blk if msz == MFMAX)
+            outs = [out] if out_rest is None else [out, out_rest]
+            stage = [nl.ndarray((MFMAX, max(nfull, 1), nsz), dtype=nl.float32, buffer=nl.sbuf, name="res_panel")
+                     for _ in outs]
             for bi, (m0, msz) in enumerate(blk):
                 kk = kmax if not lower else mb0 + bi + 1
-                acc = nl.ndarray((msz, nsz), dtype=nl.float32, buffer=nl.psum, name="acc")
-                rest = None
-                if out_rest is not None:
-                    rest = nl.ndarray((msz, nsz), dtype=nl.float32, buffer=nl.psum, name="acc_rest")
-                matmul_planes(acc, _views(panel[:kk], m0 - c0, msz), chunk[:kk], rest)
-                evict(out[m0:m0 + msz, n0:n0 + nsz], acc, msz, nsz)
-                if rest is not None:
-                    evict(out_rest[m0:m0 + msz, n0:n0 + nsz], rest, msz, nsz, name="res_rest")
+                accs = [nl.ndarray((msz, nsz), dtype=nl.float32, buffer=nl.psum, name="acc") for _ in outs]
+                matmul_planes(accs[0], _views(panel[:kk], m0 - c0, msz), chunk[:kk], accs[1] if len(accs) > 1 else None)
+                for o, acc, st in zip(outs, accs, stage):
+                    if msz == MFMAX:                          # full tiles: staged, one store per panel
+                        nisa.tensor_copy(dst=st[:, bi, :], src=acc)
+                    else:                                     # the short last M tile: its own store
+                        evict(o[m0:m0 + msz, n0:n0 + nsz], acc, msz, nsz)
+            if nfull:
+                for o, st in zip(outs, stage):
+                    store_rows(o, c0, nfull * MFMAX, n0, nsz, st)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -182,18 +243,18 @@ def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None)
 
 
 @nki.jit
-def gemm(a_t, b, m_block=None):
+def gemm(a_t, b, m_block=None, n_width=None):
     """``c = a_tᵀ @ b`` in fp32: a_t (K, M), b (K, N) float32 HBM -> c (M, N) float32."""
     K, M = a_t.shape
     K2, N = b.shape
     assert K == K2, f"gemm: contraction mismatch {a_t.shape} vs {b.shape}"
     c = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((a_t,), (b,), c, lower=False, m_block=m_block)
+    gemm_body((a_t,), (b,), c, lower=False, m_block=m_block, n_width=n_width)
     return c
 
 
 @nki.jit
-def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=None):
+def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=None, n_width=None):
     """Compensated ``c = a_tᵀ @ b`` (fp32x3): a_t = a_t_hi (bf16 grid) + a_t_lo (fp32); b = b_hi + b_lo,
     b (fp32) — see the module docstring. Returns (c_exact, c_rest), (M, N) float32 each:
     c = c_exact + c_rest, to be added in fp64 (the pair carries ~fp32·2^-β relative accuracy)."""
@@ -201,7 +262,7 @@ def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=None):
     N = b.shape[1]
     c = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
     c_rest = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), c, lower=False, m_block=m_block, out_rest=c_rest)
+    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), c, lower=False, m_block=m_block, out_rest=c_rest, n_width=n_width)
     return c, c_rest
 
 

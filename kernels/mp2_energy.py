@@ -46,9 +46,11 @@ Engines / Trainium features
 
 Compensated mode ``mp2_energy_x3`` (fp32x3): B_i = hi (bf16 grid per (i, a) column along Q) + lo,
 B_j = hi + lo (+ full fp32); T = hi·hi (exact) + hi·lo + lo·B_j accumulated in the same PSUM tile.
-The fp32 sum of a pair's nva·nvb terms on chip is the last fp32-limited step (~1e-7 relative per pair),
-so this mode stops one level earlier: it writes each pair's nva partial sums over b (the segment sums,
-still nvb times less data than T) and the host adds them in fp64 (docs/precision.md).
+The fp32 sums of a pair's nva·nvb terms are the last fp32-limited step: ~1e-7 relative noise per pair
+and, worse, a systematic swamping bias (tiny terms below half an ulp of the running sum are lost). So
+this mode sums each row segment exactly (hi on a power-of-two grid of the row maximum, Σ hi exact in
+fp32, plus Σ lo) and stops one level earlier: it writes each pair's nva partial sums over b (still nvb
+times less data than T) and the host adds them in fp64 (docs/precision.md).
 
 NumPy reference: :func:`mp2_energy_reference`. Tests: tests/test_kernel_mp2_energy.py.
 """
@@ -58,7 +60,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._nki import nki, nisa, nl
-from .gemm import FP32, NFMAX, PMAX, load_operand_tiles, matmul_planes, sbuf_budget, tiles
+from .gemm import EXP_MASK, FP32, MAGIC, NFMAX, PMAX, load_operand_tiles, matmul_planes, sbuf_budget, tiles
+
+SUM_BITS = 15    # grid bits of the exact row sums: ≤ 512 terms of ≤ 2^15 grid units stay below 2^24
 
 __all__ = ["mp2_energy", "mp2_energy_x3", "mp2_energy_reference", "j_groups", "i_block_size"]
 
@@ -101,25 +105,61 @@ def _segments(c0, csz, nvb):
     return out
 
 
-def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, rows=None, row_col=0, first=True):
+def _reduce_segments(dst, data, asz, nseg, nvb, whole):
+    if whole:                                      # whole j's: one reduction over a 3-D view
+        nisa.tensor_reduce(dst=dst, op=nl.add, data=data.reshape((asz, nseg, nvb)), axis=2)
+    else:                                          # a chunk of one j (nvb > 512)
+        nisa.tensor_reduce(dst=dst, op=nl.add, data=data, axis=1)
+
+
+def _exact_segment_sums(red, prod, asz, csz, nseg, nvb, whole, signed):
+    """Segment sums of ``prod`` without fp32 swamping (fp32x3). Adding a term below half an ulp of the
+    running sum loses it — always downwards for T²/D, a systematic −3e-8 relative bias once orbitals
+    break symmetry and many terms are tiny. So each row is split like a GEMM operand: hi on the
+    power-of-two grid 2^(e+1−15) of the row maximum 2^e (ScalarE: (x + c) − c, c = 1.5·2^23·grid),
+    lo = x − hi (GpSimd, exact); Σ hi over ≤ 512 terms is exact in fp32, Σ lo is 2^15 times smaller."""
+    mx_src = prod
+    if signed:
+        mx_src = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="abs_prod")
+        nisa.activation(dst=mx_src, op=nl.abs, data=prod)
+    mx = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="rowmax")
+    nisa.tensor_reduce(dst=mx, op=nl.maximum, data=mx_src, axis=1)
+    pw = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="pow2")
+    nisa.tensor_scalar(dst=pw.view(nl.int32), data=mx.view(nl.int32), op0=nl.bitwise_and, operand0=EXP_MASK)
+    c = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="magic")
+    nisa.tensor_scalar(dst=c, data=pw, op0=nl.multiply, operand0=MAGIC * 2.0 ** (1 - SUM_BITS))
+    nc = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="neg_magic")
+    nisa.tensor_scalar(dst=nc, data=pw, op0=nl.multiply, operand0=-MAGIC * 2.0 ** (1 - SUM_BITS))
+    hi = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="prod_hi")
+    nisa.activation(dst=hi, op=nl.copy, data=prod, bias=c)          # fl(x + c)
+    nisa.activation(dst=hi, op=nl.copy, data=hi, bias=nc)           # fl(fl(x + c) − c): x on the grid
+    lo = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="prod_lo")
+    nisa.tensor_tensor(dst=lo, data1=prod, data2=hi, op=nl.subtract, engine=nisa.gpsimd_engine)
+    rl = nl.ndarray((asz, nseg), dtype=nl.float32, buffer=nl.sbuf, name="seg_lo")
+    _reduce_segments(red, hi, asz, nseg, nvb, whole)                  # exact
+    _reduce_segments(rl, lo, asz, nseg, nvb, whole)
+    nisa.tensor_tensor(dst=red, data1=red, data2=rl, op=nl.add)
+
+
+def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, rows=None, row_col=0, first=True, signed=False):
     """Sum ``prod`` [asz, csz] over b within each j segment. Per-pair mode (``rows`` None): then over the
     a partitions by a ones-vector matmul into acc[0:1, local j] (PSUM accumulation across a tiles and
-    chunks). Row mode: the [asz, nseg] segment sums go to rows[:, row_col + local j] (SBUF), added to
-    what is there unless ``first``."""
+    chunks). Row mode (fp32x3): swamping-free segment sums go to rows[:, row_col + local j] (SBUF),
+    added to what is there unless ``first``."""
     segs = _segments(c0, csz, nvb)
     nseg = len(segs)
     j0 = segs[0][0]
+    whole = all(s[2] == nvb for s in segs)
     if rows is not None and first:
         red = rows[0:asz, row_col + j0:row_col + j0 + nseg]
     else:
         red = nl.ndarray((asz, nseg), dtype=nl.float32, buffer=nl.sbuf, name="segsum")
-    if all(s[2] == nvb for s in segs):            # whole j's: one reduction over a 3-D view
-        nisa.tensor_reduce(dst=red, op=nl.add, data=prod.reshape((asz, nseg, nvb)), axis=2)
-    else:                                          # a chunk of one j (nvb > 512)
-        nisa.tensor_reduce(dst=red, op=nl.add, data=prod, axis=1)
     if rows is None:
+        _reduce_segments(red, prod, asz, nseg, nvb, whole)
         nisa.nc_matmul(dst=acc[0:1, j0:j0 + nseg], stationary=ones[0:asz, :], moving=red)
-    elif not first:
+        return
+    _exact_segment_sums(red, prod, asz, csz, nseg, nvb, whole, signed)
+    if not first:
         dst = rows[0:asz, row_col + j0:row_col + j0 + nseg]
         nisa.tensor_tensor(dst=dst, data1=dst, data2=red, op=nl.add)
 
@@ -174,7 +214,8 @@ def _pair_group(i, il, ip, jt, ej, bias, ones, atiles, nva, nvb, nj, exchange, r
                                           data=t_sb[bt][lo - q0:hi - q0, jl * nvb + a0:jl * nvb + a0 + asz])
                 p2 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="ttw")
                 nisa.tensor_tensor(dst=p2, data1=w_sb[at][:, c0:c0 + csz], data2=tt, op=nl.multiply)
-                _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, res_x[at] if rowsums else None, out_col, c0 < NFMAX)
+                _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, res_x[at] if rowsums else None, out_col, c0 < NFMAX,
+                            signed=True)
     if rowsums:
         return
     # os = Σ T²/D = −Σ T²/D' (D' = −D): negate while evicting the per-pair sums (ScalarE). On a diagonal

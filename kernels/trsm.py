@@ -43,22 +43,23 @@ __all__ = ["trsm", "trsm_x3", "trsm_reference", "inverse_factor_t"]
 
 
 @nki.jit
-def trsm(linv_t, v, m_block=None):
+def trsm(linv_t, v, m_block=None, n_width=None):
     """``b = linv_tᵀ @ v`` with ``linv_t = (L⁻¹)ᵀ`` upper triangular: b = L⁻¹ v (fp32)."""
     naux, naux2 = linv_t.shape
     assert naux == naux2 == v.shape[0], f"trsm: shapes {linv_t.shape} and {v.shape} do not match"
     b = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((linv_t,), (v,), b, lower=True, m_block=m_block)
+    gemm_body((linv_t,), (v,), b, lower=True, m_block=m_block, n_width=n_width)
     return b
 
 
 @nki.jit
-def trsm_x3(linv_t_hi, linv_t_lo, v_hi, v_lo, v, m_block=None):
+def trsm_x3(linv_t_hi, linv_t_lo, v_hi, v_lo, v, m_block=None, n_width=None):
     """Compensated ``b = L⁻¹ v``: (L⁻¹)ᵀ = hi (bf16 grid) + lo (fp32); v = v_hi + v_lo, v (fp32).
     Returns (b_exact, b_rest), float32 each; b = b_exact + b_rest (added in fp64 by the host)."""
     b = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
     b_rest = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((linv_t_hi, linv_t_lo), (v_hi, v_lo, v), b, lower=True, m_block=m_block, out_rest=b_rest)
+    gemm_body((linv_t_hi, linv_t_lo), (v_hi, v_lo, v), b, lower=True, m_block=m_block, out_rest=b_rest,
+              n_width=n_width)
     return b, b_rest
 
 

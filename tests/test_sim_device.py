@@ -100,3 +100,20 @@ def test_bad_block_override_is_an_input_error(monkeypatch):
     monkeypatch.setenv("MP2TRN_NKI_BLOCKS", "ao_group=lots")
     with pytest.raises(InputError, match="MP2TRN_NKI_BLOCKS"):
         get_device("sim")
+
+
+def test_modeled_cost_depends_on_shapes_not_values():
+    """The kernels have no data-dependent control flow: two launches of the same shapes with different
+    numbers have the same modeled cost (what scripts/bench_trainium_model.py relies on)."""
+    rng = np.random.default_rng(2)
+    costs = []
+    for _ in range(2):
+        dev = get_device("sim")
+        b = rng.standard_normal((300, 4, 70)) * 0.05
+        e = -np.sort(rng.uniform(0.3, 1.0, 4))
+        ev = np.sort(rng.uniform(0.1, 4.0, 70))
+        dev.pair_energies(b, None, e, e, ev, ev, exchange=True)
+        dev.metric_solve(np.linalg.cholesky(np.eye(300) * 2 + 0.1), rng.standard_normal((300, 280)).astype(np.float32))
+        c = dev.cost_report()
+        costs.append([c["stages"][s][t]["modeled_time_s"] for s in ("metric", "pairs") for t in ("trn1", "trn2")])
+    assert costs[0] == costs[1]

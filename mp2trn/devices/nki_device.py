@@ -72,13 +72,13 @@ class LaunchPlan:
 
         return i_block_size(naux, ni, nj, nva, nvb, self.x3, self.budget)
 
-    def m_block(self, naux: int, ncol: int) -> int:
-        if "m_block" in self.overrides:
-            return int(self.overrides["m_block"])
-        nk = -(-naux // 128)
-        per = 10 if self.x3 else 4
-        fixed = 2 * nk * 512 * per + 2 * 512 * 4
-        return int(max(1, (self.budget - fixed) // (nk * 128 * per)))
+    def metric_blocks(self, naux: int, ncol: int) -> tuple[int, int]:
+        """(M tiles per resident (L⁻¹)ᵀ panel, columns per streamed V chunk) for the trsm kernel."""
+        from ..kernels.gemm import plan_panels
+
+        nt = -(-naux // 128)
+        mb, width = plan_panels(nt, nt, ncol, self.x3, self.overrides.get("m_block"), self.budget)
+        return int(mb), int(width)
 
     def occ_block(self, naux: int, nvir: int) -> int:
         """Occupied orbitals per host pair block: a launch covers all pairs of two such blocks; the I
@@ -196,13 +196,13 @@ class NkiDevice(Device):
 
         naux, n = v.shape
         planes = self._inverse_factor(l_chol)
-        mb = self.plan.m_block(naux, n)
+        mb, width = self.plan.metric_blocks(naux, n)
+        kw = {"m_block": mb, "n_width": width}
         if self.x3:
             vh, vl, vf = split(v, 0, beta_for(naux), with_full=True)
-            b_exact, b_rest = self.launcher.launch("metric", trsm_x3, (*planes, vh, vl, vf), {"m_block": mb})
+            b_exact, b_rest = self.launcher.launch("metric", trsm_x3, (*planes, vh, vl, vf), kw)
             return b_exact.astype(np.float64) + b_rest
-        return self.launcher.launch("metric", trsm, (planes[0], np.ascontiguousarray(v, dtype=F32)),
-                                    {"m_block": mb})
+        return self.launcher.launch("metric", trsm, (planes[0], np.ascontiguousarray(v, dtype=F32)), kw)
 
     # -- stage 3: pair energies ----------------------------------------------------------------------
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
