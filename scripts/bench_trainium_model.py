@@ -170,23 +170,42 @@ def pair_analysis(s, cost):
     p1 = cost["stages"]["pairs"]["trn1"]
     nv, naux = s["nvir"], s["naux"]
     a_tiles = -(-nv // 128)
-    fill = nv / (128 * a_tiles)
+    k_tiles = -(-naux // 128)
+    fill_a = nv / (128 * a_tiles)
+    fill_k = naux / (128 * k_tiles)
     busy_t = p1["engine_busy_s"]["tensor"]
     mt = p1["modeled_time_s"]
-    flops = p1["flops"]
-    peak = 23e12
-    matmul_s = flops / peak / fill            # TensorE time of the T matmuls at the model's rate (padded rows)
-    useful = flops / peak
+    matmul_s = p1["flops"] / 23e12 / (fill_a * fill_k)   # TensorE time of the T matmuls (padded tiles)
     return {
         "pct": p1["tensor_peak_pct_fp32"],
         "tensor_busy_pct": 100 * busy_t / mt,
-        "row_fill_pct": 100 * fill,
-        "a_tiles": a_tiles,
+        "fill_a_pct": 100 * fill_a, "a_tiles": a_tiles,
+        "fill_k_pct": 100 * fill_k, "k_tiles": k_tiles,
         "other_tensor_pct": 100 * (busy_t - matmul_s) / mt,
         "non_tensor_pct": 100 * (mt - busy_t) / mt,
-        "useful_ms": useful * 1e3,
-        "naux_tiles": -(-naux // 128),
     }
+
+
+def analysis_text(s, a):
+    ok = "meets" if a["pct"] >= 80 else "misses"
+    txt = (f"**TensorE utilization of the fused `mp2_energy` kernel (fp32, trn1): {a['pct']:.1f}% of fp32 peak** "
+           f"({ok} the 80% goal). What bounds it: TensorE is the busy engine ({a['tensor_busy_pct']:.1f}% of the "
+           "modeled time; VectorE, ScalarE, GpSimd and DMA work overlaps under it). The T matmuls run at the "
+           "model's full rate (moving N = nvir ≥ 64 columns), but two tile tails cost as much as full tiles: "
+           f"the virtual index a is the stationary (M) dimension, and nvir = {s['nvir']} needs {a['a_tiles']} tiles "
+           f"of 128 PE columns, filled to {a['fill_a_pct']:.1f}%; the aux index is the contraction (K) dimension, "
+           f"naux = {s['naux']} needs {a['k_tiles']} tiles of 128 PE rows, filled to {a['fill_k_pct']:.1f}%. "
+           f"The Tᵀ transposes and the ones-vector partition reductions take {a['other_tensor_pct']:.1f}% of the "
+           f"modeled time, and TensorE is idle {a['non_tensor_pct']:.1f}% of it (launch overheads, first B loads). "
+           "What would lift it: pack the stationary tile across orbitals — M = 128 rows of the flattened (i, a) "
+           "index, so the tail of one i shares a tile with the head of the next (recovers the a-tile loss; the "
+           "exchange then needs the transposes per (i, j) block at partition offsets that are not tile-aligned, "
+           "i.e. per-row pair bookkeeping)")
+    if a["fill_k_pct"] < 99:
+        txt += ("; the aux tail is a property of the basis (naux is not a multiple of 128) and stays: every pair "
+                "contracts over the same aux rows, so a short last K tile cannot be shared between pairs")
+    txt += ". Larger occupied blocks per launch would shave the idle share."
+    return txt
 
 
 CASES = [("water", "cc-pvdz", "water / cc-pVDZ (RHF)"), ("ethylene", "def2-svp", "ethylene / def2-SVP (RHF)"),
@@ -280,16 +299,27 @@ def write_precision_doc(path, repeats):
          "the pair step writes each pair's nvir partial sums | fp64 (= the sum of the two planes) |", "",
          "In both modes every sum over pairs is done in fp64 on the host.", "",
          "## Why this design (what limits fp32)", "",
-         "Measured with the same scripts that produced the table below, by swapping one stage at a time for the fp64 "
-         "CPU device: in fp32 the error is dominated by the AO→MO transform and the metric step (cancellation in "
-         "Σ C (P\|μν) C and in L⁻¹(P\|ia), amplified by the condition number of the Coulomb metric, 10⁵–10⁷), not "
-         "by the pair GEMMs. Splitting operands into hi + lo with fp32 hi (the textbook fp32x3) does *not* help: the "
-         "fp32 accumulation of the hi·hi products rounds at the size of the partial sums, exactly the cancellation "
-         "error. The exact-grid hi part removes that: its partial sums are integers below 2^24. Two more things "
-         "turned out to matter at the 0.01 µEh level: (P\|ia) must not be rounded to fp32 before the metric step "
-         "(the metric amplifies *white* rounding noise — an fp32-rounded exact (P\|ia) alone costs up to 0.008 µEh, "
-         "so the x3 transform returns two planes), and the fp32 sum of each pair's nvir² terms (~1e-7 relative per "
-         "pair), which is why the x3 pair kernel hands the last level of the sum to the host.", "",
+         "During development each stage was swapped in turn for the fp64 CPU device (sim device in fp32, "
+         "converged orbitals). In fp32 the error comes from the AO→MO transform and the metric step, not from "
+         "the pair GEMMs: e.g. O2 triplet transform −0.017, metric −0.185, pairs +0.011 µEh; benzene transform "
+         "≈ −0.3 µEh. Both are cancellation: Σ C (P\\|μν) C with |C| up to ~12, and L⁻¹(P\\|ia) with the Coulomb "
+         "metric's condition number 10⁵–10⁷. (The metric uses an explicit L⁻¹ on TensorE, which cannot divide; "
+         "the `cpu fp32` device uses a forward-substitution strsm, hence its smaller fp32 error.)", "",
+         "What did and did not work for the compensated mode:", "",
+         "* Splitting operands into fp32 hi + fp32 lo (the textbook 3-product split) does *not* help: the fp32 "
+         "accumulation of hi·hi still rounds at the size of the partial sums — the cancellation error itself. "
+         "A hi part on a power-of-two grid that is constant along the contraction axis makes Σ hi·hi an integer "
+         "below 2^24 in grid units, i.e. exact in PSUM; only the 2^-β smaller corrections are rounded.",
+         "* (P\\|ia) must not be rounded to fp32 before the metric step: the metric amplifies *white* rounding "
+         "noise (an fp32-rounded exact (P\\|ia) alone moved O2 by −0.008 µEh; a single-accumulator x3 transform "
+         "by +0.038), so the x3 transform and metric return the exact part and the corrections as two planes.",
+         "* The on-chip fp32 sums of each pair's nvir² terms have two problems: ~1e-7 relative noise per pair, and "
+         "a systematic *swamping* bias — terms below half an ulp of the running sum are dropped, always "
+         "downwards. With symmetry-broken (rotated) benzene orbitals many T²/D terms are tiny and the fp32 sums "
+         "lose 3e-8 of E_corr: +0.038 µEh with the fp32 row sums, −0.004 µEh with grid-split (exact) row sums. "
+         "The x3 pair kernel therefore sums rows exactly and leaves the last level (over a) to the host in fp64. "
+         "The fp32 mode keeps plain fp32 per-pair sums (its swamping bias, ~+0.05 µEh on benzene, is well "
+         "inside its 1 µEh budget).", "",
          "## Measured error vs PySCF (fp64)", "",
          f"Max |ΔE| (µEh) over {repeats} orbital draws per molecule: the converged orbitals and {repeats - 1} copies "
          "rotated randomly inside degenerate sets and by ~1e-4 rad among occupied / among virtual orbitals "
@@ -387,20 +417,7 @@ def main(argv=None):
                       f"{cost['launches']} launches would add ~{cost['launches'] * 0.024:.1f}–"
                       f"{cost['launches'] * 0.1:.1f} s, their per-pair design {s['nocc'] * (s['nocc'] + 1) // 2 * 0.024:.0f}+ s).", ""]
             if prec == "fp32":
-                a = pair_analysis(s, cost)
-                ok = "meets" if a["pct"] >= 80 else "misses"
-                L += [f"**TensorE utilization of the fused `mp2_energy` kernel (fp32, trn1): {a['pct']:.1f}% of fp32 "
-                      f"peak** ({ok} the 80% goal). What bounds it: TensorE is the busy engine ({a['tensor_busy_pct']:.1f}% "
-                      f"of the modeled time; Vector/Scalar/GpSimd/DMA overlap under it). Of the TensorE time, the "
-                      f"virtual index a is the stationary (M) dimension: nvir = {s['nvir']} needs {a['a_tiles']} tiles "
-                      f"of 128 PE rows, filled to {a['row_fill_pct']:.1f}% (the last a tile costs as much as a full one), "
-                      f"and {a['other_tensor_pct']:.1f}% of the modeled time goes to the Tᵀ transposes and the "
-                      f"ones-vector partition reductions; {a['non_tensor_pct']:.1f}% is time TensorE is idle (launch "
-                      "overheads, the first B loads). What would lift it: pack the stationary tile across orbitals "
-                      "(M = 128 rows of the flattened (i, a) index, so the tail of one i fills with the head of the "
-                      "next — worth up to the row-fill loss, but Tᵀ then spans two pairs and the exchange transposes "
-                      "need per-row pair bookkeeping), and larger occupied blocks per launch (fewer first-load "
-                      "bubbles).", ""]
+                L += [analysis_text(s, pair_analysis(s, cost)), ""]
     L += ["## fp32x3 (compensated) cost", "",
           "The compensated mode does three matmuls per tile (one bf16, two fp32: ≈ 2.25× the fp32 TensorE cycles),",
           "moves 2.5× the bytes of each operand (bf16 hi + fp32 lo + fp32 full) and, for the transform and the",
