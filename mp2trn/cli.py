@@ -319,7 +319,7 @@ def info() -> None:
         table.add_row("torch", "not installed (pip install 'mp2trn[cuda]')")
     table.add_row("NKI", _nki_status())
     for name, status in available_devices().items():
-        table.add_row(f"device {name}", status)
+        table.add_row(f"device {name}", escape(status))
     console.print(table)
 
 
