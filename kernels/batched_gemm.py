@@ -8,8 +8,9 @@ Shapes and layout
     host stores. Any nao, no ≤ 512, nv (edge tiles are partition/free slices; nothing is padded).
 
 Dataflow and tiling (per group of g auxiliary functions, g·no ≤ 512)
-    1. DMA: for every 128-row ν tile one ``dma_copy`` brings ao[P0:P0+g, ν-tile, :] into an SBUF tile
-       [ν (partitions), g, nao] through an access pattern (each partition reads g contiguous rows).
+    1. DMA: ONE ``dma_copy`` per plane brings ao[P0:P0+g, ν, :] for all full 128-row ν tiles into an SBUF
+       tile [ν-in-tile (partitions), ν-tile, g, nao] through a 4-level access pattern (each partition
+       reads g·ntiles contiguous rows of nao); a short last ν tile gets its own transfer.
     2. First half (TensorE): X[μ, (P, i)] = Σ_ν ao[P, ν, μ] C_occ[ν, i] — stationary = an ao tile
        [K = ν, M = μ-tile], moving = C_occ tile [K = ν, N = no] (resident for the launch); every P of
        the group writes its own no columns of ONE PSUM bank per μ tile, accumulating over ν tiles.
@@ -22,7 +23,8 @@ Dataflow and tiling (per group of g auxiliary functions, g·no ≤ 512)
     PSUM bank (g·no ≤ 512 fp32 columns).
 
 Engines and Trainium features
-    DMA with multi-dimensional access patterns (one transfer per ν tile per group), TensorE with PSUM
+    DMA with multi-dimensional access patterns (one transfer per plane per group; the full 128-row
+    output tiles of a group leave in one transfer per column chunk), TensorE with PSUM
     accumulation over the contraction tiles, SBUF residency of C_occ/C_vir for the whole launch and of
     X between the halves (the intermediate (P|iν) never touches HBM), VectorE evictions overlapping
     TensorE work on the next tiles. One launch per host AO block (a few hundred P).

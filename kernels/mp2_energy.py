@@ -22,9 +22,9 @@ Tiling and dataflow
     * The I block (all Q tiles × all (i, a) columns) is loaded once and stays resident in SBUF for the
       whole launch (sub-blocked only if it does not fit the target's SBUF budget).
     * The J side streams in *j-groups*: as many whole j as fit one PSUM bank (nj·nvb ≤ 512 fp32), or
-      one j split into 512-column chunks when nvb > 512. A j-group is loaded once (one dma_copy per
-      Q tile) and reused by every i of the block; with ``same`` and a resident block it is a view of
-      the I tiles (no DMA at all).
+      one j split into 512-column chunks when nvb > 512. A j-group is loaded once (one dma_copy for all
+      full Q tiles, through an access pattern) and reused by every i of the block; with ``same`` and a
+      resident block it is a view of the I tiles (no DMA at all).
     * For each (i, j-group, a-tile): TensorE accumulates T[a, (j, b)] over the Q tiles in one PSUM bank.
       ScalarE forms D' = (ε_b − e_j) + (ε_a − e_i) from a partition-broadcast row (loaded once per
       j-group) with the per-partition bias column (ε_a − e_i); GpSimd turns it into R = 1/D' (rsqrt,

@@ -11,8 +11,9 @@ Why a GEMM with L⁻¹ instead of a forward substitution (documented equivalent,
     serializes the naux/128 block rows: TensorE waits on VectorE at every step. The GEMM form has no
     dependency chain between output tiles, so TensorE streams. Accuracy (measured, docs/precision.md):
     with fp32 operands the end-to-end MP2 error stays well below 1 µEh (the explicit-inverse rounding
-    costs ~0.1 µEh on water/benzene, less than blocked substitution with inverted diagonal blocks,
-    +0.19 µEh on benzene), and in the compensated ``fp32x3`` mode it is ≤ 0.01 µEh.
+    costs ~0.1 µEh on water/benzene; a blocked substitution with inverted 128×128 diagonal blocks, the
+    TensorE form of trsm, was no better in a NumPy emulation: +0.19 µEh on benzene), and in the
+    compensated ``fp32x3`` mode it is ≤ 0.01 µEh.
 
 Shapes and layout
     linv_t (naux, naux) float32, upper triangular ((L⁻¹)ᵀ); v (naux, n) float32, aux-major ((P|ia) with
