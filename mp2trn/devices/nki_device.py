@@ -113,7 +113,7 @@ class NkiDevice(Device):
         if precision not in PRECISIONS:
             raise InputError(f"precision {precision!r} is not available on device {self.kind!r} "
                              f"(choose {', '.join(PRECISIONS)})")
-        target = (target or os.environ.get("MP2TRN_TARGET") or "trn1").lower()
+        target = (target or "trn1").lower()
         if target not in SBUF_USABLE:
             raise InputError(f"unknown Trainium target {target!r}: use trn1 or trn2")
         self.precision = precision
