@@ -241,6 +241,18 @@ class DFMP2:
         return default_memory_mb()
 
 
+def _check_budget_before_scf(mol: gto.Mole, auxmol: gto.Mole, memory: float | None, device: Device) -> None:
+    """Raise ResourceError before any heavy work when no block of the MP2 step can fit the budget.
+
+    Uses the all-electron orbital counts (an upper bound: frozen orbitals only shrink the work).
+    """
+    nao = mol.nao_nr()
+    spins = [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(mol.nelec))]
+    loc = auxmol.ao_loc_nr()
+    plan_blocks(nao, auxmol.nao_nr(), spins, int(np.max(np.diff(loc))),
+                memory if memory is not None else default_memory_mb(), itemsize=device.storage_dtype.itemsize)
+
+
 def _scf_jkbasis(mf) -> str | None:
     with_df = getattr(mf, "with_df", None)
     if with_df is None:
@@ -276,7 +288,8 @@ def run(
     mol = build_mole(source, basis=basis, charge=charge, multiplicity=multiplicity, unit=unit)
     if memory is not None:
         mol.max_memory = memory
-    make_auxmol(mol, auxbasis)  # an unusable aux basis is an error before the SCF, not after
+    auxmol, _ = make_auxmol(mol, auxbasis)  # an unusable aux basis is an error before the SCF, not after
+    _check_budget_before_scf(mol, auxmol, memory, device_obj)
     t0 = time.perf_counter()
     mf = run_scf(mol, ScfOptions(density_fit=scf_df, jkbasis=jkbasis, conv_tol=conv_tol, max_cycle=max_cycle))
     t_scf = time.perf_counter() - t0
