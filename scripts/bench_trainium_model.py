@@ -426,6 +426,36 @@ def main(argv=None):
     out = Path(args.out)
     out.write_text("\n".join(L) + "\n")
     print(f"wrote {out}")
+    if out.resolve() == (ROOT / "docs" / "benchmarks_trainium.md").resolve():
+        write_summary(results, args.shapes, args.precisions)
+
+
+SUMMARY_BEGIN, SUMMARY_END = "<!-- BEGIN bench_trainium_model -->", "<!-- END bench_trainium_model -->"
+
+
+def write_summary(results, shapes, precisions):
+    """The whole-MP2 rows, written between the markers of docs/benchmarks.md."""
+    rows = ["| case | precision | launches | trn1 modeled ms | trn2 modeled ms | mp2_energy TensorE % of fp32 peak (trn1) |",
+            "|---|---|---:|---:|---:|---:|"]
+    for key in shapes:
+        for prec in precisions:
+            cost = results[(key, prec)][0]
+            pairs = cost["stages"].get("pairs", {}).get("trn1", {}) if isinstance(cost.get("stages"), dict) else {}
+            te = pairs.get("tensor_peak_pct_fp32")
+            te_text = f"{te:.1f}" if isinstance(te, (int, float)) and prec == "fp32" else "–"
+            rows.append(f"| {SHAPES[key]['title'].split(':')[0]} | {prec} | {cost['launches']} | "
+                        f"{_ms(cost['total']['trn1']['modeled_time_s'])} | {_ms(cost['total']['trn2']['modeled_time_s'])} | {te_text} |")
+    block = "\n".join([SUMMARY_BEGIN, "MODELED (one NeuronCore), by `python scripts/bench_trainium_model.py`; per-stage tables, "
+                       "bottlenecks and what bounds TensorE utilization are in [benchmarks_trainium.md](benchmarks_trainium.md).", "",
+                       *rows, SUMMARY_END])
+    doc = ROOT / "docs" / "benchmarks.md"
+    text = doc.read_text()
+    if SUMMARY_BEGIN in text:
+        import re
+
+        text = re.sub(re.escape(SUMMARY_BEGIN) + ".*?" + re.escape(SUMMARY_END), lambda _m: block, text, flags=re.S)
+        doc.write_text(text)
+        print(f"updated {doc}")
 
 
 if __name__ == "__main__":
