@@ -25,8 +25,9 @@ within every degenerate set, |Δε| < 1e-6 Eh, and a small random rotation, ~1e-
 occupied and among the virtual orbitals). PySCF's fp64 DF-MP2 runs on the same rotated orbitals, so
 the reference moves with them; the largest |ΔE_corr| over the runs is reported.
 
-It measures an emulation, not the `sim` device itself: when that device has a compensated mode, run
-`mp2trn validate --device sim --precision <mode>` for the real thing.
+It measures an emulation. Real device modes can be sampled the same way with ``--devices``
+(default: ``sim:fp32,sim:fp32x3`` when the ``sim`` device is present), e.g. the NKI kernels' own
+compensated ``fp32x3`` mode.
 """
 
 from __future__ import annotations
@@ -135,10 +136,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the numbers here")
     ap.add_argument("--repeats", type=int, default=5, help="runs per molecule (orbitals rotated after the first)")
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--devices", default=None,
+                    help="extra device:precision modes to sample (default: sim:fp32,sim:fp32x3 if present; '' for none)")
     args = ap.parse_args(argv)
     from pyscf import df
 
+    from mp2trn.devices import get_device
+    from mp2trn.errors import Mp2trnError
+
     modes = ["fp32", "bf16", "bf16x3", "bf16x6"]
+    wanted = "sim:fp32,sim:fp32x3" if args.devices is None else args.devices
+    for item in filter(None, (w.strip() for w in wanted.split(","))):
+        name, _, prec = item.partition(":")
+        try:
+            get_device(name, prec or None).close()
+        except Mp2trnError as exc:
+            print(f"(skipping {item}: {exc})")
+            continue
+        modes.append(item)
     mset = load_set(args.set)
     rows = []
     rng = np.random.default_rng(args.seed)
@@ -157,10 +172,14 @@ def main(argv: list[str] | None = None) -> int:
             mf_rep = mf if rep == 0 else rotate_orbitals(mf, rng)
             ref = pyscf_dfmp2(mf_rep, aux, nfz).e_corr
             for mode in modes:
-                device = "cpu" if mode == "fp32" else SplitDevice(mode)
+                if ":" in mode:  # a real device and precision
+                    device, precision = mode.split(":", 1)
+                elif mode == "fp32":
+                    device, precision = "cpu", "fp32"
+                else:
+                    device, precision = SplitDevice(mode), None
                 t0 = time.perf_counter()
-                pt = DFMP2(mf_rep, auxbasis=aux, frozen=frozen, device=device,
-                           precision="fp32" if mode == "fp32" else None).run()
+                pt = DFMP2(mf_rep, auxbasis=aux, frozen=frozen, device=device, precision=precision).run()
                 row[mode] = max(row[mode], abs(pt.e_corr - ref))
                 row[f"t_{mode}"] += time.perf_counter() - t0
         rows.append(row)
