@@ -964,6 +964,8 @@ def interaction(
 def print_interaction(ie, title: str) -> None:
     from .interaction import DELTA_KEYS, DELTA_LABELS
 
+    out = _wide_console()
+
     cp = "counterpoise-corrected" if ie.counterpoise else "no counterpoise correction"
     t = Table(title=f"Interaction energy ({cp}): {title}", title_justify="left")
     t.add_column("ΔE")
@@ -971,7 +973,7 @@ def print_interaction(ie, title: str) -> None:
     t.add_column("kcal/mol", justify="right")
     for key in DELTA_KEYS:
         t.add_row(DELTA_LABELS[key], f"{ie.delta[key]:.10f}", f"{ie.delta[key] * HARTREE_TO_KCAL:.4f}")
-    console.print(t)
+    out.print(t)
     c = Table(title="Calculations (ΔE = complex − Σ fragments)", title_justify="left")
     for col in ("calculation", "atoms", "ghosts", "charge", "mult", "ref", "nao", "naux", "E_SCF (Eh)",
                 "E_corr MP2 (Eh)", "t SCF (s)", "t MP2 (s)"):
@@ -981,7 +983,7 @@ def print_interaction(ie, title: str) -> None:
         c.add_row(calc.label, str(calc.n_real), str(calc.n_ghost), str(calc.charge), str(calc.multiplicity),
                   r.reference, str(r.sizes["nao"]), str(r.sizes["naux"]), f"{r.e_hf:.10f}", f"{r.e_corr:.10f}",
                   f"{calc.t_scf:.2f}", f"{calc.t_mp2:.2f}")
-    console.print(c)
+    out.print(c)
     w = ie.what_ran
     info = Table(title="What ran", title_justify="left", show_header=False)
     info.add_column("key")
@@ -995,4 +997,4 @@ def print_interaction(ie, title: str) -> None:
     info.add_row("fragments", "; ".join(f"{f.describe()}: charge {f.charge}, multiplicity {f.multiplicity}"
                                         for f in ie.fragments))
     info.add_row("time", f"{ie.timings['total']:.2f} s (SCF {ie.timings['scf']:.2f} s, MP2 {ie.timings['mp2']:.2f} s)")
-    console.print(info)
+    out.print(info)
