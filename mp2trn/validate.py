@@ -846,6 +846,9 @@ def validate(
     if tol is not None and not tol > 0:
         raise InputError(f"--tol must be positive, got {tol}")
     frozen = parse_frozen(frozen_core) if frozen_core is not None else None
+    if mset.kind == "interaction" and isinstance(frozen, int):
+        raise InputError(f"--frozen-core {frozen_core}: interaction sets take auto or none (the complex and each "
+                         "fragment have different numbers of core orbitals)")
     opts = run_options(basis or "cc-pvdz", auxbasis, None, None, Unit.angstrom, frozen_core or "none", scf_df, jkbasis,
                        conv_tol, device, precision, memory, target, max_cycle)
     check_output_dir(out)

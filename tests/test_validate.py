@@ -195,6 +195,7 @@ def test_interaction_set_subset(tmp_path):
         (["--precision", "fp16"], "precision 'fp16' is not available on device 'cpu'"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--frozen-core", "lots"], "--frozen-core 'lots'"),
+        (["--set", "s22", "--frozen-core", "2"], "interaction sets take auto or none"),
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path, args, message):
