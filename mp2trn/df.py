@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 from pyscf import df, gto
 
 from .errors import InputError
@@ -101,7 +100,7 @@ def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
     auxmol, aux = make_auxmol(mol, auxbasis)
     metric = auxmol.intor("int2c2e", hermi=1)
     try:
-        l_chol = scipy.linalg.cholesky(metric, lower=True)
+        l_chol = np.linalg.cholesky(metric)  # lower; NumPy's BLAS, whose threads the later GEMMs reuse
     except np.linalg.LinAlgError:
         raise InputError(
             f"the Coulomb metric of aux basis {describe_basis(aux)!r} is not positive definite "
