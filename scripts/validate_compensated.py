@@ -41,7 +41,7 @@ import ml_dtypes
 import numpy as np
 
 from mp2trn import DFMP2
-from mp2trn.devices.cpu import CpuDevice, _as_matrix, _reduce_row
+from mp2trn.devices.cpu import CpuDevice
 from mp2trn.molecule import build_mole
 from mp2trn.scf import ScfOptions, run_scf
 from mp2trn.validate import _nfrozen, load_set, pyscf_dfmp2, select_entries, tolerance_for
@@ -77,30 +77,12 @@ class SplitDevice(CpuDevice):
     def storage_dtype(self) -> np.dtype:
         return np.dtype(np.float32)
 
-    def _t(self, xi: np.ndarray, xj: np.ndarray) -> np.ndarray:
+    def contract_aux(self, xi: np.ndarray, xj: np.ndarray) -> np.ndarray:
         pi, pj = bf16_split(xi, self.nparts), bf16_split(xj, self.nparts)
         out = np.zeros((xi.shape[1], xj.shape[1]), dtype=np.float32)
         for a, b in self.terms:
             out += pi[a].T @ pj[b]  # fp32 GEMM on exact bf16 values: the PSUM accumulation
         return out
-
-    def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
-        same = b_j is None
-        naux, ni, nva = b_i.shape
-        x_i = _as_matrix(b_i, np.float32)
-        os_ = np.zeros((ni, ni if same else b_j.shape[1]))
-        xx = np.zeros_like(os_) if exchange else None
-        e_ab = (ev_a[:, None] + (ev_a if same else ev_b)[None, :]).astype(np.float32)
-        if same:
-            for i in range(ni):
-                m = self._t(x_i[:, i * nva:(i + 1) * nva], x_i[:, i * nva:]).reshape(nva, ni - i, nva)
-                _reduce_row(m, e_i[i], e_j[i:], e_ab, os_[i, i:], None if xx is None else xx[i, i:])
-        else:
-            nj, nvb = b_j.shape[1], b_j.shape[2]
-            m = self._t(x_i, _as_matrix(b_j, np.float32)).reshape(ni, nva, nj, nvb)
-            for i in range(ni):
-                _reduce_row(m[i], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
-        return os_, xx
 
 
 def rotate_orbitals(mf, rng: np.random.Generator, tol: float = 1e-6, small: float = 1e-4):

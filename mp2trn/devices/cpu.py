@@ -72,15 +72,22 @@ class CpuDevice(Device):
         if same:
             for i in range(ni):
                 rows = x_i[:, i * nva : (i + 1) * nva]
-                m = (rows.T @ x_i[:, i * nva :]).reshape(nva, ni - i, nva)
+                m = self.contract_aux(rows, x_i[:, i * nva :]).reshape(nva, ni - i, nva)
                 _reduce_row(m, e_i[i], e_j[i:], e_ab, os_[i, i:], None if xx is None else xx[i, i:])
         else:
             nj, nvb = b_j.shape[1], b_j.shape[2]
             x_j = _as_matrix(b_j, self._dtype)
-            m = (x_i.T @ x_j).reshape(ni, nva, nj, nvb)
+            m = self.contract_aux(x_i, x_j).reshape(ni, nva, nj, nvb)
             for i in range(ni):
                 _reduce_row(m[i], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
         return os_, xx
+
+    def contract_aux(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """T block = xᵀ y over the aux index: x (naux, m), y (naux, n) → (m, n).
+
+        The one GEMM of the pair step; subclasses that study other arithmetic override only this.
+        """
+        return x.T @ y
 
 
 def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os_row: np.ndarray, x_row) -> None:
