@@ -291,8 +291,12 @@ def run(
     auxmol, _ = make_auxmol(mol, auxbasis)  # an unusable aux basis is an error before the SCF, not after
     _check_budget_before_scf(mol, auxmol, memory, device_obj)
     t0 = time.perf_counter()
+    if progress:
+        progress("scf", 0, 1)
     mf = run_scf(mol, ScfOptions(density_fit=scf_df, jkbasis=jkbasis, conv_tol=conv_tol, max_cycle=max_cycle))
     t_scf = time.perf_counter() - t0
+    if progress:
+        progress("scf", 1, 1)
     pt = DFMP2(mf, auxbasis=auxbasis, frozen=frozen, device=device_obj, max_memory=memory,
                progress=progress, keep_pair_energies=keep_pair_energies)
     pt.extra_timings = {"scf": t_scf}

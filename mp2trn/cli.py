@@ -102,7 +102,7 @@ def parse_frozen(value: str) -> str | int:
 class StageProgress:
     """A rich progress display with one bar per pipeline stage (to stderr)."""
 
-    LABELS = {"ao_to_mo": "AO→MO transform", "metric": "metric solve", "pairs": "pair energies"}
+    LABELS = {"scf": "SCF", "ao_to_mo": "AO→MO transform", "metric": "metric solve", "pairs": "pair energies"}
 
     def __init__(self, enabled: bool):
         self.enabled = enabled

@@ -95,3 +95,13 @@ def test_pair_energies_sum_to_the_correlation_energy(water_rhf):
     assert pairs.shape == (5, 5)
     assert abs(pairs.sum() - pt.e_corr) < 1e-12
     assert (pairs[pairs != 0] < 0).all()
+
+
+def test_progress_reports_every_stage_in_order():
+    events = []
+    mp2trn.run(molecule_path("water"), progress=lambda stage, done, total: events.append((stage, done, total)))
+    stages = [e[0] for e in events]
+    assert stages[0] == "scf" and events[1] == ("scf", 1, 1)
+    order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
+    assert order == ["scf", "ao_to_mo", "metric", "pairs"]
+    assert all(0 <= done <= total for _, done, total in events)
