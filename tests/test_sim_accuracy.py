@@ -1,12 +1,11 @@
 """``--device sim`` / ``DFMP2(mf, device="sim")`` against PySCF DF-MP2 (same SCF, same explicit MP2 aux
 basis): ≤ 1 µEh in fp32 and ≤ 0.05 µEh in the compensated fp32x3 mode, for the four required cases.
-Each case also runs the CLI (``mp2trn run ... --device sim --json``) once; benzene checks the < 60 s
-wall-time requirement of a whole CLI run (SCF included) on this machine."""
+Each case also runs the CLI (``mp2trn run ... --device sim --json``) once. The benzene wall time (the
+< 60 s goal) is measured by ``python scripts/bench_sim_wall.py``, not asserted here (no timed tests)."""
 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -41,10 +40,8 @@ def _check_api(name, basis):
 
 def _check_cli(tmp_path, name, basis, ref, extra=()):
     out = tmp_path / f"{name}.json"
-    t0 = time.perf_counter()
     res = CliRunner().invoke(app, ["run", str(molecule_path(name)), "--basis", basis, "--device", "sim",
                                    "--json", str(out), *extra], catch_exceptions=False)
-    wall = time.perf_counter() - t0
     assert res.exit_code == 0, res.output
     assert "MODELED Trainium time" in res.output and "trn1 ms" in res.output
     doc = json.loads(out.read_text())
@@ -55,7 +52,6 @@ def _check_cli(tmp_path, name, basis, ref, extra=()):
     assert cost["kind"] == "model" and set(cost["total"]) == {"trn1", "trn2"}
     assert cost["total"]["trn1"]["modeled_time_s"] > 0 and cost["total"]["trn2"]["modeled_time_s"] > 0
     assert extras["nki"].startswith("emulator") and extras["target"] == "trn1"
-    return wall
 
 
 def test_water_cc_pvdz(tmp_path):
@@ -74,7 +70,6 @@ def test_open_shell_uhf_oxygen_triplet(tmp_path):
     _check_cli(tmp_path, "oxygen_triplet", "cc-pvdz", ref)
 
 
-def test_benzene_cc_pvdz_under_60_s(tmp_path):
+def test_benzene_cc_pvdz(tmp_path):
     ref = _check_api("benzene", "cc-pvdz")
-    wall = _check_cli(tmp_path, "benzene", "cc-pvdz", ref)
-    assert wall < 60, f"benzene/cc-pVDZ --device sim took {wall:.1f} s"
+    _check_cli(tmp_path, "benzene", "cc-pvdz", ref)
