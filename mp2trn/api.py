@@ -25,7 +25,7 @@ from .errors import InputError
 from .memory import SpinShape, default_memory_mb, plan_blocks
 from .molecule import build_mole
 from .result import MP2Result, qcschema_molecule
-from .scf import ScfOptions, check_converged, jk_auxbasis, run_scf
+from .scf import ScfOptions, check_converged, run_scf
 from .transform import BStore, Progress, SpinOrbitals, build_b
 
 Frozen = None | str | int | Sequence[int] | Sequence[Sequence[int]]
@@ -135,7 +135,6 @@ class DFMP2:
         self.keep_pair_energies = keep_pair_energies
         self.result: MP2Result | None = None
         self.extra_timings: dict[str, float] = {}
-        self.what_ran_extra: dict[str, Any] = {}
 
     # PySCF-style attribute access
     def _need(self) -> MP2Result:
@@ -208,7 +207,6 @@ class DFMP2:
                 "pair_blocks": pairs.block_pairs,
             }
         )
-        what_ran.update(self.what_ran_extra)
         nelec = self.mol.nelec
         self.result = MP2Result(
             e_hf=float(mf.e_tot),
@@ -300,8 +298,6 @@ def run(
     pt = DFMP2(mf, auxbasis=auxbasis, frozen=frozen, device=device_obj, max_memory=memory,
                progress=progress, keep_pair_energies=keep_pair_energies)
     pt.extra_timings = {"scf": t_scf}
-    if scf_df:
-        pt.what_ran_extra = {"jkbasis": describe_basis(jk_auxbasis(mol, jkbasis))}
     pt.run()
     result = pt.result
     result.timings = {"scf": t_scf, **{k: v for k, v in result.timings.items() if k != "scf"}}

@@ -61,6 +61,10 @@ class DFIntegrals:
         loc = self.auxmol.ao_loc_nr()
         return int(np.max(np.diff(loc)))
 
+    def block_count(self, max_functions: int) -> int:
+        """How many blocks ``ao_blocks(max_functions)`` yields."""
+        return sum(1 for _ in _shell_ranges(self.auxmol.ao_loc_nr(), max_functions))
+
     def ao_blocks(self, max_functions: int, packed: bool = False) -> Iterator[tuple[int, int, np.ndarray]]:
         """Yield (p0, p1, (P|μν)) over aux shells, ≤ max_functions each.
 

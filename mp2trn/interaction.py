@@ -34,11 +34,11 @@ from typing import Any
 from . import __version__
 from .api import DFMP2
 from .devices import get_device
-from .df import describe_basis, make_auxmol
+from .df import make_auxmol
 from .errors import InputError, Mp2trnError
 from .molecule import Atom, Geometry, build_mole, check_charge_multiplicity, parse_xyz, read_xyz
 from .result import HARTREE_TO_KCAL, MP2Result
-from .scf import ScfOptions, jk_auxbasis, run_scf
+from .scf import ScfOptions, run_scf
 
 #: the energy differences reported, in this order (keys of ``InteractionResult.delta``)
 DELTA_KEYS = ("scf", "mp2_correlation", "mp2_total", "scs_mp2_total")
@@ -401,8 +401,6 @@ def interaction_energy(
         pt = DFMP2(mf, auxbasis=auxbasis, frozen=frozen, device=device, precision=precision, max_memory=memory,
                    device_options=dict(device_options or {}))
         pt.extra_timings = {"scf": calc.t_scf}
-        if scf_df:
-            pt.what_ran_extra = {"jkbasis": describe_basis(jk_auxbasis(mol, jkbasis))}
         t0 = time.perf_counter()
         pt.run()
         calc.t_mp2 = time.perf_counter() - t0
