@@ -3,6 +3,8 @@
     import mp2trn
     res = mp2trn.run("molecules/water.xyz", basis="cc-pvdz")      # molecule → SCF → DF-MP2
     pt = mp2trn.DFMP2(mf, frozen="auto", device="cpu").run()       # on a PySCF mean-field object
+    opts = mp2trn.RunOptions(basis="cc-pvtz", device="sim")        # one options object for a run
+    res = mp2trn.run("molecules/benzene.xyz", opts)
 """
 
 import os as _os
@@ -15,7 +17,7 @@ __version__ = "0.1.0"
 # its OpenMP runtime; a value the user set wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .api import DFMP2, run  # noqa: E402
+from .dfmp2 import DFMP2  # noqa: E402
 from .errors import (  # noqa: E402
     ConvergenceError,
     DeviceUnavailableError,
@@ -24,11 +26,16 @@ from .errors import (  # noqa: E402
     Mp2trnError,
     ResourceError,
 )
+from .interaction import interaction_energy  # noqa: E402
+from .options import RunOptions  # noqa: E402
+from .pipeline import run  # noqa: E402
 from .result import MP2Result  # noqa: E402
 
 __all__ = [
     "DFMP2",
+    "RunOptions",
     "run",
+    "interaction_energy",
     "MP2Result",
     "Mp2trnError",
     "InputError",

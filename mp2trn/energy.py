@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .devices.base import Device
-from .transform import BStore, Progress, SpinOrbitals
+from .orbitals import SpinOrbitals
+from .transform import BStore, Progress
 
 
 @dataclass

@@ -28,17 +28,15 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import __version__
-from .api import DFMP2
-from .devices import get_device
-from .df import make_auxmol
 from .errors import InputError, Mp2trnError
-from .molecule import Atom, Geometry, build_mole, check_charge_multiplicity, parse_xyz, read_xyz
+from .molecule import Atom, Geometry, check_charge_multiplicity, parse_xyz, read_xyz
+from .options import RunOptions, parse_frozen
+from .pipeline import build_molecule, check_before_scf, compute, open_device
 from .result import HARTREE_TO_KCAL, MP2Result
-from .scf import ScfOptions, run_scf
 
 #: the energy differences reported, in this order (keys of ``InteractionResult.delta``)
 DELTA_KEYS = ("scf", "mp2_correlation", "mp2_total", "scs_mp2_total")
@@ -332,10 +330,10 @@ def build_calculations(
 
 
 def _check_frozen(frozen: Any) -> Any:
-    if frozen is None:
-        return None
-    if isinstance(frozen, str) and frozen.strip().lower() in ("auto", "none"):
-        return frozen.strip().lower()
+    """Only "auto" or nothing: a count or a list would mean different orbitals in each calculation."""
+    choice = parse_frozen(frozen)
+    if choice is None or choice == "auto":
+        return choice
     raise InputError(
         f"frozen core {frozen!r} is ambiguous for an interaction energy (the complex and each fragment "
         "have different numbers of core orbitals): use auto or none"
@@ -348,76 +346,59 @@ def interaction_energy(
     charges: Sequence[int] | str | None = None,
     multiplicities: Sequence[int] | str | None = None,
     counterpoise: bool = True,
-    basis: str | dict = "cc-pvdz",
-    auxbasis: str | dict | None = None,
-    charge: int | None = None,
-    multiplicity: int | None = None,
-    unit: str = "angstrom",
-    frozen: str | None = None,
-    scf_df: bool = True,
-    jkbasis: str | None = None,
-    conv_tol: float = 1e-10,
-    max_cycle: int = 100,
-    device: str = "cpu",
-    precision: str | None = None,
-    memory: float | None = None,
-    device_options: dict[str, Any] | None = None,
+    options: RunOptions | None = None,
     keep_scf: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
+    **changes: Any,
 ) -> InteractionResult:
     """Counterpoise-corrected (default) or uncorrected interaction energy of a complex.
 
     ``source``: XYZ path or text. ``split``: atoms 1..split form fragment 1 (else the ``--`` lines).
-    The remaining options are those of :func:`mp2trn.run` and apply to every calculation. With
-    ``keep_scf`` each Calculation keeps its converged PySCF mean-field object (``.mf``).
-    ``progress(label, k, n)`` is called before calculation k of n.
+    ``options`` (and/or RunOptions fields as keywords) apply to every calculation; their charge and
+    multiplicity are the complex's. With ``keep_scf`` each Calculation keeps its converged PySCF
+    mean-field object (``.mf``). ``progress(label, k, n)`` is called before calculation k of n.
     """
     t_start = time.perf_counter()
-    frozen = _check_frozen(frozen)
-    # cheap checks first: device, fragments, charges, every molecule built (basis coverage) before any SCF
-    probe = get_device(device, precision, **(device_options or {}))
-    device_name, device_precision = probe.name, probe.precision
-    probe.close()
-    geom = load_geometry(source)
-    fragments, q_total, m_total = resolve_fragments(geom, split, charges, multiplicities, charge, multiplicity)
-    calcs = build_calculations(geom, fragments, q_total, m_total, counterpoise)
-    mols = [
-        build_mole(c.geometry, basis=basis, charge=c.charge, multiplicity=c.multiplicity, unit=unit,
-                   max_memory=memory)
-        for c in calcs
-    ]
-    if counterpoise and len({m.nao_nr() for m in mols}) != 1:  # pragma: no cover - a guard, not expected
-        raise Mp2trnError("internal error: counterpoise fragments do not share the complex's basis")
-    for mol in mols:
-        make_auxmol(mol, auxbasis)  # an unusable MP2 fitting basis is an error before any SCF
-    options = ScfOptions(density_fit=scf_df, jkbasis=jkbasis, conv_tol=conv_tol, max_cycle=max_cycle)
-    naux_seen: set[int] = set()
-    for k, (calc, mol) in enumerate(zip(calcs, mols)):
-        if progress is not None:
-            progress(calc.label, k, len(calcs))
-        t0 = time.perf_counter()
-        mf = run_scf(mol, options)
-        calc.t_scf = time.perf_counter() - t0
-        pt = DFMP2(mf, auxbasis=auxbasis, frozen=frozen, device=device, precision=precision, max_memory=memory,
-                   device_options=dict(device_options or {}))
-        pt.extra_timings = {"scf": calc.t_scf}
-        t0 = time.perf_counter()
-        pt.run()
-        calc.t_mp2 = time.perf_counter() - t0
-        calc.result = pt.result
-        calc.result.timings["total"] = calc.t_scf + calc.t_mp2
-        if keep_scf:
-            calc.mf = mf
-        naux_seen.add(int(pt.result.sizes["naux"]))
-    if counterpoise and len(naux_seen) != 1:  # pragma: no cover - a guard, not expected
+    options = RunOptions.build(options, **changes)
+    frozen = _check_frozen(options.frozen)
+    with open_device(options) as device:  # cheap checks first: device, fragments, every molecule
+        geom = load_geometry(source)
+        fragments, q_total, m_total = resolve_fragments(geom, split, charges, multiplicities, options.charge,
+                                                        options.multiplicity)
+        calcs = build_calculations(geom, fragments, q_total, m_total, counterpoise)
+        per_calc = [replace(options, charge=c.charge, multiplicity=c.multiplicity, frozen=frozen) for c in calcs]
+        mols = [build_molecule(c.geometry, o) for c, o in zip(calcs, per_calc)]
+        if counterpoise and len({m.nao_nr() for m in mols}) != 1:  # pragma: no cover - a guard, not expected
+            raise Mp2trnError("internal error: counterpoise fragments do not share the complex's basis")
+        for mol, opts in zip(mols, per_calc):
+            check_before_scf(mol, opts, device)  # an unusable MP2 fitting basis is an error before any SCF
+        for k, (calc, mol, opts) in enumerate(zip(calcs, mols, per_calc)):
+            if progress is not None:
+                progress(calc.label, k, len(calcs))
+            calc.result, mf = compute(mol, opts, device)
+            calc.t_scf = calc.result.timings["scf"]
+            calc.t_mp2 = calc.result.timings["mp2"]
+            if keep_scf:
+                calc.mf = mf
+    if counterpoise and len({c.result.sizes["naux"] for c in calcs}) != 1:  # pragma: no cover - a guard
         raise Mp2trnError("internal error: counterpoise fragments do not share the complex's MP2 fitting basis")
     delta = {key: sum(c.sign * c.energies()[key] for c in calcs) for key in DELTA_KEYS}
+    timings = {
+        "scf": sum(c.t_scf for c in calcs),
+        "mp2": sum(c.t_mp2 for c in calcs),
+        "total": time.perf_counter() - t_start,
+    }
+    src = str(source) if not isinstance(source, Geometry) and "\n" not in str(source) else "<xyz>"
+    return InteractionResult(counterpoise, fragments, calcs, delta, _what_ran(calcs, counterpoise), timings, src)
+
+
+def _what_ran(calcs: list[Calculation], counterpoise: bool) -> dict[str, Any]:
+    """The complex's what-ran record, reduced to what all calculations share, plus each one's frozen core."""
     first = calcs[0].result
-    assert first is not None
     w = first.what_ran
     what_ran = {
-        "device": w.get("device", device_name),
-        "precision": w.get("precision", device_precision),
+        "device": w.get("device"),
+        "precision": w.get("precision"),
         "basis": w.get("basis"),
         "auxbasis": w.get("auxbasis"),
         "jkbasis": w.get("jkbasis"),
@@ -429,13 +410,7 @@ def interaction_energy(
     for key in ("backend", "nki", "target", "device_selection"):
         if w.get(key):
             what_ran[key] = w[key]
-    timings = {
-        "scf": sum(c.t_scf for c in calcs),
-        "mp2": sum(c.t_mp2 for c in calcs),
-        "total": time.perf_counter() - t_start,
-    }
-    src = str(source) if not isinstance(source, Geometry) and "\n" not in str(source) else "<xyz>"
-    return InteractionResult(counterpoise, fragments, calcs, delta, what_ran, timings, src)
+    return what_ran
 
 
 __all__ = [

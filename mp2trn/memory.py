@@ -31,6 +31,11 @@ def _mb(nbytes: float) -> str:
     return f"{mb:.2f} MB" if mb < 10 else f"{mb:.0f} MB"
 
 
+def budget_mb(max_memory: float | None) -> float:
+    """The budget of a run: ``max_memory`` if given, else :func:`default_memory_mb`."""
+    return float(max_memory) if max_memory is not None else default_memory_mb()
+
+
 def default_memory_mb() -> float:
     """PYSCF_MAX_MEMORY if set, else 60 % of available RAM (MB)."""
     env = os.environ.get("PYSCF_MAX_MEMORY")
@@ -127,3 +132,13 @@ def plan_blocks(
         )
     metric_cols = max(1, int(free // (3 * naux * itemsize)))
     return BlockPlan(budget_mb, aux_block, occ_block, metric_cols, incore, b_bytes / MB)
+
+
+def check_budget_before_scf(nao: int, nelec: tuple[int, int], naux: int, max_aux_shell: int, budget: float,
+                            itemsize: int) -> None:
+    """Raise ResourceError before any heavy work when no block of the MP2 step can fit ``budget`` MB.
+
+    Uses the all-electron orbital counts (an upper bound: frozen orbitals only shrink the work).
+    """
+    spins = [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(nelec))]
+    plan_blocks(nao, naux, spins, max_aux_shell, budget, itemsize=itemsize)

@@ -191,7 +191,6 @@ def build_mole(
     multiplicity: int | None = None,
     unit: str = "angstrom",
     verbose: int = 0,
-    max_memory: float | None = None,
 ) -> gto.Mole:
     """Build a PySCF Mole from an XYZ path, XYZ text, a PySCF atom string, a Geometry or a Mole.
 
@@ -226,8 +225,6 @@ def build_mole(
     mol.charge = charge
     mol.spin = spin
     mol.verbose = verbose
-    if max_memory is not None:
-        mol.max_memory = max_memory
     _safe_build(mol)
     return mol
 

@@ -1,12 +1,8 @@
-"""The result of a DF-MP2 run, its QCSchema-shaped JSON document, and atomic file writing."""
+"""The result of a DF-MP2 run and its QCSchema-shaped JSON document."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,30 +123,3 @@ def qcschema_molecule(mol) -> dict[str, Any]:
         "molecular_charge": int(mol.charge),
         "molecular_multiplicity": int(mol.spin + 1),
     }
-
-
-def write_json_atomic(path: str | os.PathLike, document: dict[str, Any]) -> None:
-    """Write JSON so that ``path`` either gets the whole document or is left untouched."""
-    target = Path(path)
-    text = json.dumps(document, indent=2, default=_json_default)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

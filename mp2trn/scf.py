@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pyscf import df, gto, scf
 
-from .df import quiet_pyscf
+from .df import describe_basis, quiet_pyscf
 from .errors import ConvergenceError, InputError
 
 
@@ -29,12 +29,15 @@ def jk_auxbasis(mol: gto.Mole, jkbasis: str | None) -> str | dict:
     return jkbasis if jkbasis else df.make_auxbasis(mol, mp2fit=False)
 
 
-def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions()):
+def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None):
     """Run RHF (spin 0) or UHF (spin > 0) and return the converged mean-field object.
 
+    ``max_memory`` (MB) configures PySCF's own SCF (its ``max_memory``); None keeps PySCF's default.
     Raises ConvergenceError when the SCF fails to converge in ``options.max_cycle`` iterations.
     """
     mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
+    if max_memory is not None:
+        mf.max_memory = max_memory
     if options.density_fit:
         try:
             with quiet_pyscf():
@@ -48,6 +51,14 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions()):
     mf.kernel()
     check_converged(mf)
     return mf
+
+
+def scf_jkbasis(mf) -> str | None:
+    """The JK-fit basis a density-fitted SCF used (None for conventional integrals)."""
+    with_df = getattr(mf, "with_df", None)
+    if with_df is None or not with_df.auxbasis:
+        return None
+    return describe_basis(with_df.auxbasis)
 
 
 def check_converged(mf) -> None:

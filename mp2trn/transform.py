@@ -11,35 +11,15 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-
 import h5py
 import numpy as np
 
 from .devices.base import Device
 from .df import DFIntegrals
 from .memory import BlockPlan
+from .orbitals import SpinOrbitals
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass
-class SpinOrbitals:
-    """Active orbitals of one spin channel: coefficients (nao, n) and energies (Hartree)."""
-
-    label: str  # "" (RHF), "alpha" or "beta"
-    c_occ: np.ndarray
-    c_vir: np.ndarray
-    e_occ: np.ndarray
-    e_vir: np.ndarray
-
-    @property
-    def nocc(self) -> int:
-        return self.c_occ.shape[1]
-
-    @property
-    def nvir(self) -> int:
-        return self.c_vir.shape[1]
 
 
 class BStore:

@@ -14,7 +14,8 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from mp2trn.bench import CASES, QUICK, bench_case, machine_description, rows_markdown
+from mp2trn.benchmark import CASES, QUICK, bench_case, rows_markdown
+from mp2trn.machine import machine_description
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- BEGIN bench_cpu -->", "<!-- END bench_cpu -->"

@@ -60,7 +60,7 @@ def launch_plan(s, dev):
     """The host's blocks for one closed-shell run: AO blocks (p per launch), pair block signatures."""
     plan = plan_blocks(s["nao"], s["naux"], [SpinShape(s["nocc"], s["nvir"])], s["max_aux_shell"], HOST_BUDGET_MB,
                        itemsize=dev.storage_dtype.itemsize)
-    occ_block = max(1, min(plan.occ_block, dev.preferred_occ_block(s["naux"], s["nvir"])))
+    occ_block = max(1, min(plan.occ_block, dev.occ_block_limit(s["naux"], s["nvir"])))
     ao = Counter(p1 - p0 for p0, p1 in _blocks(s["naux"], plan.aux_block))
     ob = _blocks(s["nocc"], occ_block)
     pairs = Counter()

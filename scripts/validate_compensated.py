@@ -40,11 +40,11 @@ import time
 import ml_dtypes
 import numpy as np
 
-from mp2trn import DFMP2
+from mp2trn import DFMP2, RunOptions
 from mp2trn.devices.cpu import CpuDevice
-from mp2trn.molecule import build_mole
-from mp2trn.scf import ScfOptions, run_scf
-from mp2trn.validate import _nfrozen, load_set, pyscf_dfmp2, select_entries, tolerance_for
+from mp2trn.pipeline import open_device, scf_stage
+from mp2trn.precision import tolerance_for
+from mp2trn.validation import load_set, pyscf_reference, select_entries
 
 BF16 = ml_dtypes.bfloat16
 TERMS = {"bf16": [(0, 0)], "bf16x3": [(0, 0), (0, 1), (1, 0)],
@@ -143,16 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     print("| molecule | atoms | runs | " + " | ".join(f"{m} \\|Δ\\| (µEh)" for m in modes) + " |")
     print("|---|---|---|" + "---|" * len(modes))
     for entry in select_entries(mset, args.only):
-        mol = build_mole(entry.path, basis=entry.basis)
-        mf = run_scf(mol, ScfOptions())
-        frozen = entry.options.get("frozen", "none")
+        options = RunOptions(basis=entry.basis, frozen=entry.options.get("frozen", "none"))
+        with open_device(options) as dev:
+            mf, _ = scf_stage(entry.path, options, dev)
+        mol, frozen = mf.mol, options.frozen
         aux = df.make_auxbasis(mol, mp2fit=True)
-        nfz = _nfrozen(mf, frozen)
         row = {"key": entry.key, "natm": mol.natm, **{m: 0.0 for m in modes}, **{f"t_{m}": 0.0 for m in modes}}
         runs = row["runs"] = args.repeats
         for rep in range(runs):
             mf_rep = mf if rep == 0 else rotate_orbitals(mf, rng)
-            ref = pyscf_dfmp2(mf_rep, aux, nfz).e_corr
+            ref = pyscf_reference(mf_rep, options).e_corr
             for mode in modes:
                 if ":" in mode:  # a real device and precision
                     device, precision = mode.split(":", 1)
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"| {entry.key} | {mol.natm} | {runs} | " + " | ".join(f"{row[m] * 1e6:.3g}" for m in modes) + " |", flush=True)
     print("| **max** | | | " + " | ".join(f"**{max(r[m] for r in rows) * 1e6:.3g}**" for m in modes) + " |")
-    print(f"\ntolerances in mp2trn.validate: fp32 {tolerance_for('fp32'):g} Eh, compensated {tolerance_for('bf16x3'):g} Eh")
+    print(f"\ntolerances in mp2trn.precision: fp32 {tolerance_for('fp32'):g} Eh, compensated {tolerance_for('bf16x3'):g} Eh")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"set": mset.name, "rows": rows}, fh, indent=2)

@@ -6,8 +6,6 @@ import functools
 from pathlib import Path
 
 import pytest
-from pyscf import df, gto, scf
-from pyscf.mp import dfmp2, dfump2
 
 ROOT = Path(__file__).resolve().parents[1]
 MOLECULES = ROOT / "molecules"
@@ -28,15 +26,11 @@ def scf_for(name: str, basis: str, density_fit: bool = True):
 
 
 def pyscf_dfmp2(mf, frozen=None, auxbasis=None):
-    """PySCF's DF-MP2 with the MP2-fit aux basis set explicitly (never the SCF's JK basis)."""
-    mol = mf.mol
-    aux = auxbasis or df.make_auxbasis(mol, mp2fit=True)
-    cls = dfump2.DFUMP2 if isinstance(mf, scf.uhf.UHF) else dfmp2.DFMP2
-    ref = cls(mf, frozen=frozen)
-    ref.with_df = df.DF(mol, auxbasis=aux)
-    ref.verbose = 0
-    ref.run()
-    return ref
+    """PySCF's DF-MP2 for these options: the project's one PySCF oracle (mp2trn.validation)."""
+    from mp2trn.options import RunOptions
+    from mp2trn.validation import pyscf_reference
+
+    return pyscf_reference(mf, RunOptions(frozen=frozen, auxbasis=auxbasis))
 
 
 @pytest.fixture(scope="session")

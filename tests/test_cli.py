@@ -119,12 +119,12 @@ def test_bad_input_one_line_error_nonzero_exit_no_file(tmp_path, text, args, mes
 
 
 def test_too_little_memory_fails_before_the_scf(tmp_path, monkeypatch):
-    import mp2trn.api
+    import mp2trn.pipeline
 
     def no_scf(*args, **kwargs):  # pragma: no cover - reaching it is the failure
         raise AssertionError("SCF started despite an impossible memory budget")
 
-    monkeypatch.setattr(mp2trn.api, "run_scf", no_scf)
+    monkeypatch.setattr(mp2trn.pipeline, "run_scf", no_scf)
     res = invoke("run", str(molecule_path("benzene")), "--memory", "0.5")
     assert res.exit_code == ResourceError.exit_code and "raise --memory" in res.output
 

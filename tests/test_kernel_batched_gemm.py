@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mp2trn.devices.nki_precision import beta_for, split
+from mp2trn.precision import beta_for, split
 from mp2trn.kernels.batched_gemm import batched_gemm, batched_gemm_reference, batched_gemm_x3, group_size
 
 from .conftest import scf_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mp2trn.devices.nki_precision import beta_for, split
+from mp2trn.precision import beta_for, split
 from mp2trn.kernels.gemm import gemm, gemm_reference, gemm_x3, tiles
 
 from .kernel_helpers import EPS32, bound, cancelling, run

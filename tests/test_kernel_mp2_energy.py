@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mp2trn.devices.nki_precision import beta_for, split
+from mp2trn.precision import beta_for, split
 from mp2trn.kernels.mp2_energy import i_block_size, j_groups, mp2_energy, mp2_energy_reference, mp2_energy_x3
 
 from .kernel_helpers import run

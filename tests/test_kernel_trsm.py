@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mp2trn.devices.nki_precision import beta_for, split
+from mp2trn.precision import beta_for, split
 from mp2trn.kernels.trsm import inverse_factor_t, trsm, trsm_reference, trsm_x3
 
 from .kernel_helpers import EPS32, bound, run

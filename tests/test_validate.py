@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mp2trn import validate as v
+from mp2trn import validation as v
 from mp2trn.cli import app
 from mp2trn.errors import DeviceUnavailableError, InputError
 from mp2trn.molecule import read_xyz
@@ -214,12 +214,12 @@ def test_out_must_be_a_folder(tmp_path):
 
 
 def test_unavailable_device_is_reported_not_crashed(tmp_path, monkeypatch):
-    import mp2trn.devices
+    import mp2trn.pipeline
 
     def unavailable(name, precision=None, **options):
         raise DeviceUnavailableError(f"device {name!r} is not part of this mp2trn build")
 
-    monkeypatch.setattr(mp2trn.devices, "get_device", unavailable)
+    monkeypatch.setattr(mp2trn.pipeline, "get_device", unavailable)  # where every run opens its device
     out = tmp_path / "val"
     res = invoke("--device", "sim", "--out", out)
     assert res.exit_code == 5

@@ -12,7 +12,7 @@ import importlib
 from typing import Any
 
 from ..errors import DeviceUnavailableError, InputError
-from .base import PRECISIONS, Device
+from .base import Device
 
 DEVICE_NAMES = ("cpu", "cuda", "sim", "neuron", "auto")
 # where each device class lives, imported lazily so optional dependencies stay optional
@@ -67,7 +67,7 @@ def _auto(precision: str | None, **options: Any) -> Device:
         except (DeviceUnavailableError, InputError) as exc:
             errors.append(f"{candidate}: {exc}")
             continue
-        device.auto_reason = "auto picked " + candidate + ("" if not errors else " (" + "; ".join(errors) + ")")
+        device.selection_note = "auto picked " + candidate + ("" if not errors else " (" + "; ".join(errors) + ")")
         return device
     raise DeviceUnavailableError("no device available: " + "; ".join(errors))
 
@@ -85,4 +85,4 @@ def available_devices() -> dict[str, str]:
     return status
 
 
-__all__ = ["Device", "PRECISIONS", "DEVICE_NAMES", "get_device", "available_devices"]
+__all__ = ["Device", "DEVICE_NAMES", "get_device", "available_devices"]

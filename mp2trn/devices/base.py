@@ -18,28 +18,55 @@ from typing import Any
 
 import numpy as np
 
-PRECISIONS = ("fp64", "fp32")
+from ..precision import Precision, get_precision
 
 
 class Device(ABC):
-    """A backend that runs the tensor stages. ``name`` is what the user asked for and what ran."""
+    """A backend that runs the tensor stages. ``name`` is what the user asked for and what ran.
+
+    Besides the three stages, the host asks a device only what is defined here: which precisions it
+    runs and its storage dtype, whether it takes packed AO blocks, the largest occupied block it wants
+    per pair launch (:meth:`occ_block_limit`), what ran (:meth:`what_ran`), its modeled cost
+    (:meth:`cost_report`) and :meth:`close`.
+    """
 
     name: str = "abstract"
     precision: str = "fp64"
-    #: precisions this device accepts (first = default)
+    #: precisions this device accepts (first = default); entries of :data:`mp2trn.precision.PRECISIONS`
     supported_precisions: tuple[str, ...] = ("fp64", "fp32")
     #: True when ``ao_to_mo`` takes AO blocks packed over μ ≥ ν, shape (p, nao(nao+1)/2), which halves
     #: the integral work; False for full square blocks (p, nao, nao)
     ao_packed: bool = False
+    #: why this device was chosen when the user asked for ``auto`` (None otherwise); part of what ran
+    selection_note: str | None = None
+
+    @property
+    def mode(self) -> Precision:
+        """The registry entry of ``precision``."""
+        return get_precision(self.precision)
 
     @property
     def storage_dtype(self) -> np.dtype:
         """dtype in which the host stores (P|ia) and B between stages."""
-        return np.dtype(np.float32 if self.precision == "fp32" else np.float64)
+        return self.mode.storage
 
     def describe(self) -> dict[str, Any]:
-        """What actually ran: device name, precision and backend details (for output and JSON)."""
+        """Device name, precision and backend details (subclasses add their own keys)."""
         return {"device": self.name, "precision": self.precision}
+
+    def what_ran(self) -> dict[str, Any]:
+        """What actually ran, for the output and the JSON: :meth:`describe` plus the auto-selection note."""
+        info = self.describe()
+        if self.selection_note:
+            info["device_selection"] = self.selection_note
+        return info
+
+    def occ_block_limit(self, naux: int, nvir: int) -> int | None:
+        """Most occupied orbitals per host pair block this device wants (None: only memory decides).
+
+        NKI devices cap it so that one launch covers all pairs of two blocks within on-chip limits.
+        """
+        return None
 
     @abstractmethod
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:

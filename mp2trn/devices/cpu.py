@@ -24,7 +24,7 @@ class CpuDevice(Device):
 
     def __init__(self, precision: str = "fp64"):
         self.precision = precision
-        self._dtype = self.storage_dtype
+        self._dtype = self.mode.compute
         # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
         # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
         # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
@@ -32,7 +32,7 @@ class CpuDevice(Device):
 
     def describe(self) -> dict[str, Any]:
         info = {"device": self.name, "precision": self.precision, "backend": f"numpy {np.__version__} ({_blas_name()})"}
-        if self.precision == "fp32":
+        if self.mode.compute != np.float64:
             info["precision_detail"] = "AO->MO transform in fp64; metric solve and pair step in fp32; pair sums in fp64"
         return info
 

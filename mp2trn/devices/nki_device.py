@@ -17,7 +17,7 @@ objects through ``nki.jit`` on torch-neuronx tensors. Both plan the launches ide
 (:class:`LaunchPlan`): block sizes from the SBUF/PSUM budget of the target generation.
 
 Precisions (``supported_precisions``, first = default): ``fp32`` and the compensated ``fp32x3``
-(see :mod:`mp2trn.devices.nki_precision` and docs/precision.md). Between stages the host keeps (P|ia)
+(see :mod:`mp2trn.precision` and docs/precision.md). Between stages the host keeps (P|ia)
 and B in float32 (fp32) or as the fp64 sum of the two fp32 planes the x3 kernels return (fp32x3 — on a
 NeuronCore these would stay in HBM as plane pairs); all sums over pairs are fp64 on the host.
 """
@@ -25,15 +25,16 @@ NeuronCore these would stay in HBM as plane pairs); all sums over pairs are fp64
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
+from ..nkiemu.targets import DEFAULT_TARGET
 from .base import Device
 from .nki_launch import Launcher, make_launcher
-from .nki_precision import DESCRIPTIONS, PRECISIONS, beta_for, split
 
 F32 = np.float32
 #: SBUF bytes per partition the kernels may plan with (nl.tile_size.total_available_sbuf_size × 0.85)
@@ -50,8 +51,8 @@ class LaunchPlan:
     kernels then run with it even if it breaks a hardware rule — which surfaces as KernelConstraintError.
     """
 
-    target: str = "trn1"
-    x3: bool = False
+    target: str = DEFAULT_TARGET
+    x3: bool = False                       # a compensated (multi-plane) precision
     overrides: dict = field(default_factory=dict)
 
     @property
@@ -89,6 +90,43 @@ class LaunchPlan:
         return MAX_BLOCK
 
 
+#: what each precision means on the NKI kernels, for the what-ran record
+NKI_DETAILS = {
+    "fp32": "fp32 operands, fp32 PSUM accumulation; per-pair sums fp32 on chip, pair totals fp64 on the host",
+}
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """The kernel of each stage for one operand-plane count, and how the pair kernel's output becomes
+    (ni, nj) fp64 per-pair sums."""
+
+    ao_to_mo: Any
+    metric: Any
+    pairs: Any
+    pair_sums: Callable[[np.ndarray, int, int], np.ndarray]
+
+
+def _direct_sums(out: np.ndarray, ni: int, nj: int) -> np.ndarray:
+    return np.asarray(out, dtype=np.float64).reshape(ni, nj)
+
+
+def _row_sums(out: np.ndarray, ni: int, nj: int) -> np.ndarray:
+    """Compensated kernels return per-pair row sums (nva, ni·nj), negated: the last level in fp64."""
+    return -np.asarray(out, dtype=np.float64).sum(axis=0).reshape(ni, nj)
+
+
+def kernel_set(planes: int) -> KernelSet:
+    """The kernels taking operands of ``planes`` planes (1: fp32; 3: the compensated x3 variants)."""
+    from ..kernels.batched_gemm import batched_gemm, batched_gemm_x3
+    from ..kernels.mp2_energy import mp2_energy, mp2_energy_x3
+    from ..kernels.trsm import trsm, trsm_x3
+
+    if planes == 1:
+        return KernelSet(batched_gemm, trsm, mp2_energy, _direct_sums)
+    return KernelSet(batched_gemm_x3, trsm_x3, mp2_energy_x3, _row_sums)
+
+
 def _parse_blocks(text: str | None) -> dict:
     out = {}
     for item in (text or "").split(","):
@@ -103,47 +141,47 @@ def _parse_blocks(text: str | None) -> dict:
 
 
 class NkiDevice(Device):
-    """Common base of ``sim`` and ``neuron``."""
+    """Common base of ``sim`` and ``neuron``.
 
-    supported_precisions = PRECISIONS          # ("fp32", "fp32x3"): fp32 is the default
+    The precision's registry entry decides everything that differs between modes: how operands are
+    split into planes, which kernel variant takes that many planes (:data:`KERNELS`), and how output
+    planes are combined.
+    """
+
+    supported_precisions = ("fp32", "fp32x3")   # fp32 is the default
     ao_packed = False
     kind = "sim"
 
     def __init__(self, precision: str = "fp32", target: str | None = None, blocks: dict | None = None):
-        if precision not in PRECISIONS:
+        if precision not in self.supported_precisions:
             raise InputError(f"precision {precision!r} is not available on device {self.kind!r} "
-                             f"(choose {', '.join(PRECISIONS)})")
-        target = (target or "trn1").lower()
+                             f"(choose {', '.join(self.supported_precisions)})")
+        target = (target or DEFAULT_TARGET).lower()
         if target not in SBUF_USABLE:
             raise InputError(f"unknown Trainium target {target!r}: use trn1 or trn2")
         self.precision = precision
         self.target = target
-        self.x3 = precision == "fp32x3"
         overrides = _parse_blocks(os.environ.get(BLOCKS_ENV))
         overrides.update(blocks or {})
-        self.plan = LaunchPlan(target, self.x3, overrides)
+        self.plan = LaunchPlan(target, self.mode.compensated, overrides)
+        self.kernels = kernel_set(self.mode.planes)
         self.launcher: Launcher = make_launcher(self.kind, target)
         self._linv_key = None
         self._linv = None
 
     # -- interface ----------------------------------------------------------------------------------
-    @property
-    def storage_dtype(self) -> np.dtype:
-        return np.dtype(np.float64 if self.x3 else F32)
-
     def describe(self) -> dict[str, Any]:
         from ..kernels import _nki
 
-        d = {"device": self.name, "precision": self.precision, "target": self.target,
-             "nki": ("real NKI " + str(getattr(_nki.nki, "__version__", "")) if _nki.NKI_IMPL == "real"
-                     else "emulator (mp2trn.nkiemu, NKI 0.3.0 API)"),
-             "backend": f"NKI kernels batched_gemm, trsm, mp2_energy via {self.launcher.impl} "
-                        f"{'nki.jit on torch-neuronx' if self.kind == 'neuron' else 'simulate'}",
-             "precision_detail": DESCRIPTIONS[self.precision],
-             "kernel_launches": self.launcher.total_launches}
-        return d
+        return {"device": self.name, "precision": self.precision, "target": self.target,
+                "nki": ("real NKI " + str(getattr(_nki.nki, "__version__", "")) if _nki.NKI_IMPL == "real"
+                        else "emulator (mp2trn.nkiemu, NKI 0.3.0 API)"),
+                "backend": f"NKI kernels batched_gemm, trsm, mp2_energy via {self.launcher.impl} "
+                           f"{'nki.jit on torch-neuronx' if self.kind == 'neuron' else 'simulate'}",
+                "precision_detail": NKI_DETAILS.get(self.precision, self.mode.description),
+                "kernel_launches": self.launcher.total_launches}
 
-    def preferred_occ_block(self, naux: int, nvir: int) -> int:
+    def occ_block_limit(self, naux: int, nvir: int) -> int | None:
         return self.plan.occ_block(naux, nvir)
 
     def cost_report(self) -> dict[str, Any] | None:
@@ -151,29 +189,18 @@ class NkiDevice(Device):
 
     # -- stage 1: (P|μν) -> (P|ia) ------------------------------------------------------------------
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
-        from ..kernels.batched_gemm import batched_gemm, batched_gemm_x3
-
+        mode = self.mode
         p, nao, _ = ao.shape
         no, nv = c_occ.shape[1], c_vir.shape[1]
         out = np.empty((p, no, nv), dtype=self.storage_dtype)
-        if self.x3:
-            beta = beta_for(nao)
-            ao_hi, ao_lo = split(ao, 1, beta)          # grid per (P, μ) along ν (the contraction)
-            cv_planes = split(c_vir, 0, beta, with_full=True)
-        else:
-            ao32 = np.ascontiguousarray(ao, dtype=F32)
-            cv32 = np.ascontiguousarray(c_vir, dtype=F32)
+        ao_planes = mode.split_operand(ao, axis=1, moving=False)     # grid per (P, μ) along ν
+        cv_planes = mode.split_operand(c_vir, axis=0, moving=True)
         for i0 in range(0, no, MAX_BLOCK):             # one launch per ≤512 occupied orbitals
             i1 = min(no, i0 + MAX_BLOCK)
-            co = c_occ[:, i0:i1]
-            g = self.plan.ao_group(nao, i1 - i0, nv)
-            if self.x3:
-                args = (ao_hi, ao_lo, *split(co, 0, beta, with_full=True), *cv_planes, beta)
-                y_exact, y_rest = self.launcher.launch("ao_to_mo", batched_gemm_x3, args, {"group": g})
-                y = y_exact.astype(np.float64) + y_rest
-            else:
-                args = (ao32, np.ascontiguousarray(co, dtype=F32), cv32)
-                y = self.launcher.launch("ao_to_mo", batched_gemm, args, {"group": g})
+            co_planes = mode.split_operand(c_occ[:, i0:i1], axis=0, moving=True)
+            args = (*ao_planes, *co_planes, *cv_planes, *mode.grid_args(nao))
+            kw = {"group": self.plan.ao_group(nao, i1 - i0, nv)}
+            y = mode.combine(self.launcher.launch("ao_to_mo", self.kernels.ao_to_mo, args, kw))
             out[:, i0:i1, :] = y.reshape(p, i1 - i0, nv)
         return out
 
@@ -183,58 +210,37 @@ class NkiDevice(Device):
         if self._linv_key != key:
             from ..kernels.trsm import inverse_factor_t
 
-            lt = inverse_factor_t(l_chol)              # (L⁻¹)ᵀ in fp64, once per molecule
-            if self.x3:
-                self._linv = split(lt, 0, beta_for(lt.shape[0]))
-            else:
-                self._linv = (lt.astype(F32),)
+            # (L⁻¹)ᵀ in fp64, once per molecule, split for the stationary side
+            self._linv = self.mode.split_operand(inverse_factor_t(l_chol), axis=0, moving=False)
             self._linv_key = key
         return self._linv
 
     def metric_solve(self, l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
-        from ..kernels.trsm import trsm, trsm_x3
-
         naux, n = v.shape
-        planes = self._inverse_factor(l_chol)
         mb, width = self.plan.metric_blocks(naux, n)
-        kw = {"m_block": mb, "n_width": width}
-        if self.x3:
-            vh, vl, vf = split(v, 0, beta_for(naux), with_full=True)
-            b_exact, b_rest = self.launcher.launch("metric", trsm_x3, (*planes, vh, vl, vf), kw)
-            return b_exact.astype(np.float64) + b_rest
-        return self.launcher.launch("metric", trsm, (planes[0], np.ascontiguousarray(v, dtype=F32)), kw)
+        args = (*self._inverse_factor(l_chol), *self.mode.split_operand(v, axis=0, moving=True))
+        out = self.launcher.launch("metric", self.kernels.metric, args, {"m_block": mb, "n_width": width})
+        return self.mode.combine(out)
 
     # -- stage 3: pair energies ----------------------------------------------------------------------
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
-        from ..kernels.mp2_energy import mp2_energy, mp2_energy_x3
-
+        mode = self.mode
         same = b_j is None
         naux, ni, nva = b_i.shape
-        dt = self.storage_dtype                       # x3: split the fp64 B into planes below
-        bi = np.ascontiguousarray(b_i, dtype=dt).reshape(naux, ni * nva)
+        bi = np.ascontiguousarray(b_i, dtype=self.storage_dtype).reshape(naux, ni * nva)
         if same:
             bj, e_j, ev_b = bi, e_i, ev_a
         else:
-            bj = np.ascontiguousarray(b_j, dtype=dt).reshape(naux, -1)
+            bj = np.ascontiguousarray(b_j, dtype=self.storage_dtype).reshape(naux, -1)
         nj, nvb = len(e_j), len(ev_b)
         consts = (np.asarray(ev_a, dtype=F32).reshape(nva, 1),
                   (-np.asarray(e_i, dtype=np.float64)).astype(F32).reshape(1, ni),
                   (np.asarray(ev_b, np.float64)[None, :] - np.asarray(e_j, np.float64)[:, None]).astype(F32))
         kw = {"exchange": bool(exchange), "same": same, "i_block": self.plan.i_block(naux, ni, nj, nva, nvb)}
-        if self.x3:
-            beta = beta_for(naux)
-            bih, bil = split(bi, 0, beta)
-            bjh, bjl, bjf = split(bj, 0, beta, with_full=True)
-            out = self.launcher.launch("pairs", mp2_energy_x3, (bih, bil, bjh, bjl, bjf, *consts), kw)
-        else:
-            out = self.launcher.launch("pairs", mp2_energy, (bi, bj, *consts), kw)
-        os_, xx = (out if exchange else (out, None))
-        if self.x3:   # per-pair row sums (nva, ni·nj): the last level of each pair sum in fp64, negated
-            os_ = -np.asarray(os_, dtype=np.float64).sum(axis=0).reshape(ni, nj)
-            xx = None if xx is None else -np.asarray(xx, dtype=np.float64).sum(axis=0).reshape(ni, nj)
-        else:
-            os_ = np.asarray(os_, dtype=np.float64).reshape(ni, nj)
-            xx = None if xx is None else np.asarray(xx, dtype=np.float64).reshape(ni, nj)
+        args = (*mode.split_operand(bi, axis=0, moving=False), *mode.split_operand(bj, axis=0, moving=True), *consts)
+        out = self.launcher.launch("pairs", self.kernels.pairs, args, kw)
+        sums = [self.kernels.pair_sums(x, ni, nj) for x in (out if exchange else (out,))]
+        os_, xx = (sums[0], sums[1] if exchange else None)
         if same:
             os_ = np.triu(os_)
             xx = None if xx is None else np.triu(xx)

@@ -43,7 +43,7 @@ class TorchDevice(Device):
             )
         self.device = dev
         self.name = "cuda" if dev.type == "cuda" else f"torch-{dev.type}"
-        self._tdtype = torch.float32 if precision == "fp32" else torch.float64
+        self._tdtype = getattr(torch, self.mode.compute.name)   # float32 / float64
 
     def describe(self) -> dict[str, Any]:
         info = {"device": self.name, "precision": self.precision, "backend": f"torch {self.torch.__version__}"}

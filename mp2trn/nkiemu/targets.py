@@ -6,7 +6,7 @@ The active generation is chosen, in priority order, by
 2. the context manager ``with mp2trn.nkiemu.target("trn1"): ...`` (or :func:`set_default_target`),
 3. the environment variable ``NEURON_PLATFORM_TARGET_OVERRIDE`` (``trn1``/``gen2``, ``trn2``/``gen3``,
    ``trn3``/``gen4``), as for the real NKI,
-4. the default, ``trn2``.
+4. :data:`DEFAULT_TARGET` (``trn1``, also the default of mp2trn's sim and neuron devices).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ _ALIASES = {"trn1": "trn1", "gen2": "trn1", "inf2": "trn1", "nc-v2": "trn1",
             "trn3": "trn3", "gen4": "trn3", "nc-v4": "trn3"}
 
 ENV_VAR = "NEURON_PLATFORM_TARGET_OVERRIDE"
-DEFAULT = "trn2"
+DEFAULT_TARGET = "trn1"
 _stack: list = []
 _default: list = [None]
 
@@ -100,7 +100,7 @@ def current_target() -> Target:
     env = os.environ.get(ENV_VAR)
     if env:
         return get_target(env)
-    return TARGETS[DEFAULT]
+    return TARGETS[DEFAULT_TARGET]
 
 
 @contextlib.contextmanager

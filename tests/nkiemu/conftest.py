@@ -36,6 +36,13 @@ def _clean_target(monkeypatch):
 
 
 @pytest.fixture
+def on_trn2():
+    """Run a test written for trn2 rules/prices (the emulator's default target is trn1, DEFAULT_TARGET)."""
+    nki.set_default_target("trn2")
+    yield
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(1234)
 

@@ -36,17 +36,17 @@ def test_tile_size_plain_ints_follow_target():
     ts = nl.tile_size
     assert (ts.pmax, ts.psum_fmax, ts.gemm_stationary_fmax, ts.gemm_moving_fmax) == (128, 512, 128, 512)
     assert type(ts.pmax) is int
-    assert ts.total_available_sbuf_size == 212984
-    with nki.target("trn1"):
-        assert ts.total_available_sbuf_size == 180224
-        assert nisa.get_nc_version() is nisa.nc_version.gen2
+    assert ts.total_available_sbuf_size == 180224            # DEFAULT_TARGET = trn1, as the sim device
+    with nki.target("trn2"):
+        assert ts.total_available_sbuf_size == 212984
+        assert nisa.get_nc_version() is nisa.nc_version.gen3
 
 
 def test_target_precedence(monkeypatch):
     k = nki.jit(lambda: nisa.get_nc_version())
-    assert k() is nisa.nc_version.gen3                       # default trn2
-    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "gen2")
-    assert k() is nisa.nc_version.gen2                       # env var
+    assert k() is nisa.nc_version.gen2                       # default trn1 (DEFAULT_TARGET)
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "gen3")
+    assert k() is nisa.nc_version.gen3                       # env var
     with nki.target("trn3"):
         assert k() is nisa.nc_version.gen4                   # context manager beats env
         assert nki.simulate(k, target="trn2")() is nisa.nc_version.gen3  # per-call beats all
@@ -71,6 +71,7 @@ def test_jit_forms_and_simulate():
     np.testing.assert_array_equal(nki.simulate(nki.jit(body))(a), a)
 
 
+@pytest.mark.usefixtures("on_trn2")
 def test_lnc_grid_program_ids():
     @nki.jit
     def k(a):

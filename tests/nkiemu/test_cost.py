@@ -41,6 +41,7 @@ def test_matmul_128x128x512_cycles(target, clock):
     assert bf.flops == fp.flops == 2 * 128 * 128 * 512
 
 
+@pytest.mark.usefixtures("on_trn2")
 def test_matmul_small_moving_is_min_ii_bound():
     nki.simulate(one_matmul)(np.ones((128, 32), BF16), np.ones((128, 16), BF16))
     # max(min(64, 32), 16) = 32 cycles
@@ -89,6 +90,7 @@ def test_dma_formula():
     assert instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf"), T2, p0) == pytest.approx(nbytes / 368e9)
 
 
+@pytest.mark.usefixtures("on_trn2")
 def test_report_contents_and_json():
     m = load_conformance("matmul")
     a = np.ones((256, 128), np.float32)
@@ -121,6 +123,7 @@ def test_report_contents_and_json():
     assert all(ts[i][1] <= ts[i + 1][0] + 1e-15 for i in range(len(ts) - 1))  # in order, no overlap
 
 
+@pytest.mark.usefixtures("on_trn2")
 def test_reprice_and_params():
     m = load_conformance("matmul")
     m.mm_tiled(np.ones((128, 128), np.float32), np.ones((128, 512), np.float32))

@@ -255,6 +255,7 @@ def test_string_buffer_rejected():
 
 
 # -- capacity ------------------------------------------------------------------------------------------------------------
+@pytest.mark.usefixtures("on_trn2")
 def test_sbuf_capacity_trn2():
     cap = 212984
     f = (cap // 4) // 2  # fp32 elements per partition in half the SBUF
@@ -275,6 +276,7 @@ def test_sbuf_capacity_depends_on_generation():
     raises("capacity.sbuf", big, exc=NkiCapacityError, target="trn1")
 
 
+@pytest.mark.usefixtures("on_trn2")
 def test_sbuf_per_iteration_tiles_are_freed():
     def loop():
         for _ in nl.affine_range(50):
@@ -362,6 +364,7 @@ def test_tensor_scalar_operand_rules():
                                    op1=nl.multiply, operand1=3.0))
 
 
+@pytest.mark.usefixtures("on_trn2")
 def test_tensor_scalar_scalar_engine_ops_trn2():
     bad = lambda: nisa.tensor_scalar(sb((128, 4)), sb((128, 4), value=1.0), nl.maximum, 0.0,  # noqa: E731
                                      engine=nisa.engine.scalar)
@@ -396,6 +399,7 @@ def test_raw_enum_values_rejected():
     raises("enum.raw_value", lambda: nisa.tensor_copy(dst=sb((128, 4)), src=sb((128, 4), value=1.0), engine=5))
 
 
+@pytest.mark.usefixtures("on_trn2")
 def test_lnc_grid():
     k = nki.jit(lambda: nl.program_id(0))
     with pytest.raises(NkiRuleError) as ei:

@@ -1,0 +1,149 @@
+"""What every command shares: the typer app, the consoles, the error wrapper, the progress display and
+the flag definitions (typer ``Annotated`` types, written once; defaults come from
+:data:`mp2trn.options.DEFAULTS`).
+
+Every mp2trn error becomes one line on stderr and a non-zero exit code (see ``mp2trn.errors``);
+output files are written atomically, or not at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape  # error text may contain [brackets], e.g. "mp2trn[neuron]"
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import Mp2trnError
+from ..options import RunOptions
+
+app = typer.Typer(
+    name="mp2trn",
+    help="Density-fitted MP2 energies on CPU, CUDA, and AWS Trainium (NKI kernels, or their emulator).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Unit(str, Enum):
+    angstrom = "angstrom"
+    bohr = "bohr"
+
+
+class Target(str, Enum):
+    trn1 = "trn1"
+    trn2 = "trn2"
+
+
+# -- flags shared by `run`, `interaction`, `validate` and `bench` ---------------------------------------
+Basis = Annotated[str, typer.Option("--basis", "-b", help="Orbital basis set.")]
+AuxBasis = Annotated[Optional[str], typer.Option("--auxbasis", help="MP2 fitting basis (default: the RI partner of --basis).")]
+Charge = Annotated[Optional[int], typer.Option("--charge", "-c", help="Molecular charge (default: XYZ comment, else 0).")]
+Multiplicity = Annotated[Optional[int], typer.Option(
+    "--multiplicity", "-m", help="Spin multiplicity 2S+1 (default: XYZ comment, else lowest).")]
+UnitFlag = Annotated[Unit, typer.Option("--unit", help="Unit of the XYZ coordinates.")]
+FrozenCore = Annotated[str, typer.Option("--frozen-core", help="auto (noble-gas cores), none, or a number of orbitals.")]
+ScfDf = Annotated[bool, typer.Option("--scf-df/--no-scf-df", help="Density-fitted SCF (JK-fit basis) or conventional.")]
+JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help="JK-fit basis of the SCF (default: PySCF's for --basis).")]
+ConvTol = Annotated[float, typer.Option("--conv-tol", help="SCF energy convergence threshold (Eh).")]
+MaxCycle = Annotated[int, typer.Option(
+    "--scf-max-cycle", help="SCF iterations before giving up (an error, never MP2 on top).")]
+DeviceFlag = Annotated[str, typer.Option("--device", "-d", help="cpu, cuda, sim (NKI emulator), neuron, or auto.")]
+PrecisionFlag = Annotated[Optional[str], typer.Option(
+    "--precision", "-p", help="fp64 (cpu/cuda default), fp32, or a device's compensated mode.")]
+Memory = Annotated[Optional[float], typer.Option(
+    "--memory", help="Memory budget in MB (default: PYSCF_MAX_MEMORY, else 60% of free RAM).")]
+TargetFlag = Annotated[Optional[Target], typer.Option(
+    "--target", help="Trainium generation whose rules are enforced (sim/neuron).")]
+JsonPath = Annotated[Optional[Path], typer.Option("--json", help="Write a QCSchema-shaped JSON result here (atomically).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No output on success except files.")]
+
+#: CLI flag (parameter name) -> RunOptions field, where they differ
+_FIELD_OF_FLAG = {"frozen_core": "frozen", "memory": "max_memory"}
+_RUN_FIELDS = set(RunOptions.__dataclass_fields__)
+
+
+def options_from_flags(flags: dict[str, Any]) -> RunOptions:
+    """RunOptions from a command's flag values (its ``locals()``); flags that are no option are ignored,
+    enums become their values, and None leaves a field at its default."""
+    fields = {}
+    for name, value in flags.items():
+        field = _FIELD_OF_FLAG.get(name, name)
+        if field in _RUN_FIELDS and value is not None:
+            fields[field] = value.value if isinstance(value, Enum) else value
+    return RunOptions(**fields)
+
+
+def cli_errors(func):
+    """Turn mp2trn errors into one line on stderr and the error's exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Mp2trnError as exc:
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("[bold red]interrupted[/]")
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get("MP2TRN_DEBUG"):
+                raise
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            err_console.print(
+                f"[bold red]internal error:[/] {type(exc).__name__}: {escape(msg)} (set MP2TRN_DEBUG=1 for a traceback)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(70) from None
+
+    return wrapper
+
+
+def wide_console() -> Console:
+    """The normal console on a terminal; a wide one when piped, so tables are not truncated."""
+    return console if console.is_terminal else Console(width=240, force_terminal=False, highlight=False)
+
+
+class StageProgress:
+    """A rich progress display with one bar per pipeline stage (to stderr)."""
+
+    LABELS = {"scf": "SCF", "ao_to_mo": "AO→MO transform", "metric": "metric solve", "pairs": "pair energies"}
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+            disable=not enabled,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(self.LABELS.get(stage, stage), total=total)
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)

@@ -1,0 +1,113 @@
+"""``mp2trn run``: one molecule through the compute path, printed as tables and written as JSON."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..files import check_output_path, write_json_atomic
+from ..options import DEFAULTS
+from ..pipeline import compute, open_device
+from ..result import HARTREE_TO_KCAL, MP2Result
+from .common import (AuxBasis, Basis, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
+                     Multiplicity, PrecisionFlag, Quiet, ScfDf, StageProgress, TargetFlag, Unit, UnitFlag, app,
+                     cli_errors, console, options_from_flags)
+
+
+@app.command()
+@cli_errors
+def run(
+    xyz: Path = typer.Argument(..., help="Molecule in XYZ format (Angstrom unless --unit bohr)."),
+    basis: Basis = DEFAULTS.basis,
+    auxbasis: AuxBasis = None,
+    charge: Charge = None,
+    multiplicity: Multiplicity = None,
+    unit: UnitFlag = Unit.angstrom,
+    frozen_core: FrozenCore = "none",
+    scf_df: ScfDf = DEFAULTS.scf_df,
+    jkbasis: JkBasis = None,
+    conv_tol: ConvTol = DEFAULTS.conv_tol,
+    max_cycle: MaxCycle = DEFAULTS.max_cycle,
+    device: DeviceFlag = DEFAULTS.device,
+    precision: PrecisionFlag = None,
+    memory: Memory = None,
+    target: TargetFlag = None,
+    json_path: JsonPath = None,
+    quiet: Quiet = False,
+) -> None:
+    """Compute the DF-MP2 energy of a molecule."""
+    check_output_path(json_path)
+    options = options_from_flags(locals())
+    with open_device(options) as dev, StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
+        result, _ = compute(xyz, options, dev, progress)
+    if json_path is not None:
+        write_json_atomic(json_path, result.to_qcschema())
+    if not quiet:
+        print_result(result, title=str(xyz))
+        if json_path is not None:
+            console.print(f"JSON written to {json_path}")
+
+
+def energy_table(result: MP2Result, title: str) -> Table:
+    table = Table(title=f"DF-MP2 energies: {title}", title_justify="left")
+    table.add_column("quantity")
+    table.add_column("Eh", justify="right")
+    table.add_column("kcal/mol", justify="right")
+    rows = [
+        ("SCF total energy", result.e_hf, False),
+        ("MP2 opposite-spin correlation", result.e_corr_os, True),
+        ("MP2 same-spin correlation", result.e_corr_ss, True),
+        ("MP2 correlation energy", result.e_corr, True),
+        ("MP2 total energy", result.e_tot, False),
+        ("SCS-MP2 correlation energy", result.e_scs_corr, True),
+        ("SCS-MP2 total energy", result.e_scs, False),
+    ]
+    for name, value, corr in rows:
+        table.add_row(name, f"{value:.10f}", f"{value * HARTREE_TO_KCAL:.4f}" if corr else "")
+    return table
+
+
+def what_ran_table(result: MP2Result) -> Table:
+    w, s = result.what_ran, result.sizes
+    table = Table(title="What ran", title_justify="left", show_header=False)
+    table.add_column("key")
+    table.add_column("value")
+    table.add_row("reference", result.reference)
+    table.add_row("device", str(w.get("device")) + (f" ({w['backend']})" if w.get("backend") else ""))
+    if w.get("device_selection"):
+        table.add_row("device selection", w["device_selection"])
+    for key in ("nki", "target"):
+        if w.get(key):
+            table.add_row(key, str(w[key]))
+    table.add_row("precision", str(w.get("precision")))
+    table.add_row("basis / aux basis", f"{w.get('basis')} / {w.get('auxbasis')}")
+    table.add_row("SCF", f"density-fitted ({w.get('jkbasis')})" if w.get("jkbasis") else "conventional integrals")
+    table.add_row("frozen orbitals", str(w.get("frozen")))
+    table.add_row("nao / naux / nocc / nvir", f"{s['nao']} / {s['naux']} / {s['nocc']} / {s['nvir']}")
+    mem = f"{w.get('memory_mb', 0):.0f} MB budget, B tensors {'on disk (HDF5)' if w.get('out_of_core') else 'in memory'}"
+    table.add_row("memory", mem)
+    return table
+
+
+def timing_table(result: MP2Result) -> Table:
+    table = Table(title="Timings (wall, s)", title_justify="left")
+    table.add_column("stage")
+    table.add_column("s", justify="right")
+    for key, value in result.timings.items():
+        table.add_row(key, f"{value:.3f}")
+    return table
+
+
+def print_result(result: MP2Result, title: str) -> None:
+    console.print(energy_table(result, title))
+    console.print(what_ran_table(result))
+    if result.cost:
+        from ..costreport import cost_table  # noqa: PLC0415
+
+        console.print(cost_table(result.cost))
+    console.print(timing_table(result))
+    for note in result.notes:
+        console.print(f"note: {note}")

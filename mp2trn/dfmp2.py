@@ -1,0 +1,176 @@
+"""DF-MP2 on a converged PySCF RHF or UHF object, in PySCF's shape.
+
+:func:`kernel` does the math — orbitals → DF integrals → B = L⁻¹(P|ia) → pair energies — on a device
+it is handed; :class:`DFMP2` is a thin class holding the settings, building (and closing) the device
+when given a name, and keeping the result::
+
+    pt = mp2trn.DFMP2(mf, frozen="auto").run()
+    pt.e_corr, pt.e_corr_os, pt.e_corr_ss, pt.e_scs, pt.e_tot, pt.timings
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .devices import Device, get_device
+from .df import build_df, describe_basis
+from .energy import pair_energies
+from .errors import InputError
+from .memory import SpinShape, plan_blocks
+from .options import Frozen
+from .orbitals import is_uhf, select_frozen, spin_orbitals
+from .result import MP2Result, qcschema_molecule
+from .scf import check_converged, scf_jkbasis
+from .transform import BStore, Progress, build_b
+
+
+def kernel(
+    mf,
+    device: Device,
+    max_memory: float,
+    auxbasis: str | dict | None = None,
+    frozen: Frozen = None,
+    progress: Progress | None = None,
+    keep_pair_energies: bool = False,
+) -> MP2Result:
+    """DF-MP2 energy of the converged SCF ``mf`` on ``device`` within ``max_memory`` MB.
+
+    auxbasis: MP2 fitting basis (None: PySCF's RI partner of the orbital basis, never the JK basis).
+    frozen: see :data:`mp2trn.options.Frozen`. The device is used, not closed.
+    Returns an MP2Result with timings (s) of the stages: df_setup, ao_to_mo, metric, pairs, mp2.
+    """
+    t_start = time.perf_counter()
+    check_converged(mf)
+    mol = mf.mol
+    uhf = is_uhf(mf)
+    frozen_sel = select_frozen(mf, frozen)
+    spins = spin_orbitals(mf, frozen_sel)
+    if min(s.nocc for s in spins) == 0 or min(s.nvir for s in spins) == 0:
+        raise InputError("no active occupied or virtual orbitals: nothing to correlate")
+    t0 = time.perf_counter()
+    dfi = build_df(mol, auxbasis)
+    t_df = time.perf_counter() - t0
+    plan = plan_blocks(mol.nao_nr(), dfi.naux, [SpinShape(s.nocc, s.nvir) for s in spins], dfi.max_aux_shell,
+                       max_memory, itemsize=device.storage_dtype.itemsize)
+    occ_block = plan.occ_block
+    limit = device.occ_block_limit(dfi.naux, max(s.nvir for s in spins))
+    if limit is not None:
+        occ_block = max(1, min(occ_block, limit))
+    with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as store:
+        stage_times = build_b(dfi, spins, device, plan, store, progress)
+        t0 = time.perf_counter()
+        pairs = pair_energies(store, spins, device, occ_block, progress)
+        t_pairs = time.perf_counter() - t0
+    what_ran = device.what_ran()
+    what_ran.update({
+        "basis": describe_basis(mol.basis),
+        "auxbasis": describe_basis(dfi.auxbasis),
+        "jkbasis": scf_jkbasis(mf),
+        "frozen": frozen_sel.text,
+        "frozen_orbitals": frozen_sel.per_spin if uhf else frozen_sel.per_spin[0],
+        "memory_mb": max_memory,
+        "out_of_core": not plan.incore,
+        "occ_block": occ_block,
+        "aux_block": plan.aux_block,
+        "pair_blocks": pairs.block_pairs,
+    })
+    timings = {"df_setup": t_df, **stage_times, "pairs": t_pairs, "mp2": time.perf_counter() - t_start}
+    nelec = mol.nelec
+    return MP2Result(
+        e_hf=float(mf.e_tot),
+        e_corr_os=pairs.e_os,
+        e_corr_ss=pairs.e_ss,
+        reference="UHF" if uhf else "RHF",
+        what_ran=what_ran,
+        sizes={
+            "natm": mol.natm,
+            "nao": mol.nao_nr(),
+            "nmo": int(np.asarray(mf.mo_energy).shape[-1]),
+            "naux": dfi.naux,
+            "nalpha": int(nelec[0]),
+            "nbeta": int(nelec[1]),
+            "nocc": [s.nocc for s in spins] if uhf else spins[0].nocc,
+            "nvir": [s.nvir for s in spins] if uhf else spins[0].nvir,
+        },
+        timings=timings,
+        cost=device.cost_report(),
+        molecule=qcschema_molecule(mol),
+        pair_energies=[o + s for o, s in zip(pairs.pair_os, pairs.pair_ss)] if keep_pair_energies else None,
+    )
+
+
+class DFMP2:
+    """Density-fitted MP2 on top of a converged PySCF RHF or UHF object.
+
+    mf: converged ``scf.RHF``/``scf.UHF`` (density-fitted or not).
+    auxbasis: MP2 fitting basis; None → ``make_auxbasis(mol, mp2fit=True)`` (never the JK basis).
+    frozen: None/"none", "auto", an int N (lowest N per spin), or orbital indices (a list, or two for UHF).
+    device: "cpu", "cuda", "sim", "neuron", "auto" or a Device (used, not closed); precision: a name of
+    :data:`mp2trn.precision.PRECISIONS` or None (the device's default); device_options: constructor
+    keywords of a device built by name (e.g. ``{"target": "trn2"}``).
+    max_memory: MB; None → ``mf.max_memory``, as PySCF's own post-SCF classes do.
+    After ``run()``: e_corr, e_corr_os, e_corr_ss, e_scs (SCS-MP2 total), e_scs_corr, e_tot, e_hf,
+    timings (s), cost (modeled accelerator cost or None), result (MP2Result).
+    """
+
+    def __init__(
+        self,
+        mf,
+        auxbasis: str | dict | None = None,
+        frozen: Frozen = None,
+        device: str | Device = "cpu",
+        precision: str | None = None,
+        max_memory: float | None = None,
+        progress: Progress | None = None,
+        device_options: dict[str, Any] | None = None,
+        keep_pair_energies: bool = False,
+    ):
+        self._scf = mf
+        self.mol = mf.mol
+        self.auxbasis = auxbasis
+        self.frozen = frozen
+        self.device = device
+        self.precision = precision
+        self.max_memory = max_memory
+        self.progress = progress
+        self.device_options = device_options or {}
+        self.keep_pair_energies = keep_pair_energies
+        self.result: MP2Result | None = None
+
+    # PySCF-style attribute access
+    def _need(self) -> MP2Result:
+        if self.result is None:
+            raise RuntimeError("call .run() first")
+        return self.result
+
+    e_corr = property(lambda self: self._need().e_corr)
+    e_corr_os = property(lambda self: self._need().e_corr_os)
+    e_corr_ss = property(lambda self: self._need().e_corr_ss)
+    e_scs = property(lambda self: self._need().e_scs)
+    e_scs_corr = property(lambda self: self._need().e_scs_corr)
+    e_tot = property(lambda self: self._need().e_tot)
+    e_hf = property(lambda self: self._need().e_hf)
+    timings = property(lambda self: self._need().timings)
+    cost = property(lambda self: self._need().cost)
+
+    @property
+    def budget_mb(self) -> float:
+        """The memory budget in MB: ``max_memory`` if set, else the SCF object's ``max_memory``."""
+        return float(self.max_memory if self.max_memory is not None else self._scf.max_memory)
+
+    def run(self) -> DFMP2:
+        """Compute the DF-MP2 energy; returns self (PySCF style)."""
+        owned = not isinstance(self.device, Device)
+        device = get_device(self.device, self.precision, **self.device_options)
+        try:
+            self.result = kernel(self._scf, device, self.budget_mb, self.auxbasis, self.frozen, self.progress,
+                                 self.keep_pair_energies)
+        finally:
+            if owned:
+                device.close()
+        return self
+
+    kernel = run

@@ -1,0 +1,143 @@
+"""One options object for a whole run: :class:`RunOptions`, validated once when it is built.
+
+Everything a run needs to know — basis sets, charge and multiplicity, units, frozen orbitals, SCF
+settings, device, precision, Trainium target and the memory budget — lives here. The Python API
+(``mp2trn.run``, ``interaction_energy``), the validation and benchmark drivers and every CLI command
+build one and hand it to :mod:`mp2trn.pipeline`; nothing else carries these settings.
+
+Error messages name the CLI flag (``--memory``, ``--frozen-core``, ...), which is also the keyword's
+meaning in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from numbers import Integral
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Union
+
+from .errors import InputError
+from .scf import ScfOptions
+
+#: Frozen orbitals as given by a user: None/"none", "auto", a count N (lowest N per spin), or orbital
+#: indices (one list, or one list per spin for UHF).
+Frozen = Union[None, str, int, Sequence[int], Sequence[Sequence[int]]]
+
+#: Trainium generations whose rules the NKI devices enforce
+TARGETS = ("trn1", "trn2")
+UNITS = ("angstrom", "bohr")
+#: devices that take a Trainium ``target``
+_NKI_DEVICES = ("sim", "neuron")
+
+
+def parse_frozen(value: Frozen) -> Frozen:
+    """Normalise a frozen-orbital choice: None (nothing frozen), "auto", an int ≥ 0, or index lists.
+
+    Strings are read as the CLI's ``--frozen-core`` (``auto``, ``none`` or a number); whether N orbitals
+    can be frozen depends on the molecule and is checked in :mod:`mp2trn.orbitals`.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key == "none":
+            return None
+        if key == "auto":
+            return "auto"
+        try:
+            value = int(key)
+        except ValueError:
+            raise InputError(f"--frozen-core {value!r}: use auto, none or a number of orbitals") from None
+    if isinstance(value, bool):
+        raise InputError(f"--frozen-core {value!r}: use auto, none or a number of orbitals")
+    if isinstance(value, Integral):
+        n = int(value)
+        if n < 0:
+            raise InputError(f"--frozen-core {str(value)!r}: must not be negative")
+        return n
+    items = list(value)
+    if items and not isinstance(items[0], Integral):
+        return tuple(tuple(int(i) for i in spin) for spin in items)
+    return tuple(int(i) for i in items)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """All settings of one run (immutable; checked in ``__post_init__``).
+
+    basis / auxbasis: orbital basis and MP2 fitting basis (None: PySCF's RI partner of ``basis``).
+    charge / multiplicity: None → the XYZ comment line, else neutral and lowest spin.
+    unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
+    scf_df, jkbasis, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`).
+    device: "cpu", "cuda", "sim", "neuron", "auto" or a Device object; precision: None → the device's
+    default; target: Trainium generation for sim/neuron (None → the device default).
+    max_memory: budget in MB (None → ``PYSCF_MAX_MEMORY``, else 60 % of the available RAM).
+    device_options: further keyword arguments of the device's constructor (e.g. ``blocks``).
+    """
+
+    basis: str | dict = "cc-pvdz"
+    auxbasis: str | dict | None = None
+    charge: int | None = None
+    multiplicity: int | None = None
+    unit: str = "angstrom"
+    frozen: Frozen = None
+    scf_df: bool = True
+    jkbasis: str | None = None
+    conv_tol: float = 1e-10
+    max_cycle: int = 100
+    device: Any = "cpu"
+    precision: str | None = None
+    target: str | None = None
+    max_memory: float | None = None
+    device_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_memory is not None and not self.max_memory > 0:
+            raise InputError(f"--memory must be a positive number of MB, got {self.max_memory}")
+        if not self.conv_tol > 0:
+            raise InputError(f"--conv-tol must be positive, got {self.conv_tol}")
+        if self.max_cycle < 1:
+            raise InputError(f"--scf-max-cycle must be at least 1, got {self.max_cycle}")
+        unit = str(self.unit).lower()
+        if unit not in UNITS:
+            raise InputError(f"unknown unit {self.unit!r}: use angstrom or bohr")
+        object.__setattr__(self, "unit", unit)
+        object.__setattr__(self, "frozen", parse_frozen(self.frozen))
+        object.__setattr__(self, "device_options", dict(self.device_options or {}))
+        if self.target is not None:
+            if self.device_name.split(":")[0] not in _NKI_DEVICES:
+                raise InputError("--target applies to --device sim or neuron only")
+            if str(self.target).lower() not in TARGETS:
+                raise InputError(f"unknown Trainium target {self.target!r}: use trn1 or trn2")
+            object.__setattr__(self, "target", str(self.target).lower())
+
+    @classmethod
+    def build(cls, options: RunOptions | None = None, **changes: Any) -> RunOptions:
+        """``options`` with ``changes`` applied (or new options from ``changes``); unknown names are errors."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise InputError(f"unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        return cls(**changes) if options is None else replace(options, **changes)
+
+    @property
+    def device_name(self) -> str:
+        """The device asked for, by name (a Device object's own name)."""
+        return self.device if isinstance(self.device, str) else str(getattr(self.device, "name", self.device))
+
+    @property
+    def scf(self) -> ScfOptions:
+        """The SCF's share of the options."""
+        return ScfOptions(density_fit=self.scf_df, jkbasis=self.jkbasis, conv_tol=self.conv_tol,
+                          max_cycle=self.max_cycle)
+
+    def device_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the device constructor (the target, then ``device_options``)."""
+        kwargs = dict(self.device_options)
+        if self.target is not None:
+            kwargs["target"] = self.target
+        return kwargs
+
+
+#: the defaults, for CLI help and documentation (one place for each default)
+DEFAULTS = RunOptions()

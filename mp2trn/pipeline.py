@@ -1,0 +1,117 @@
+"""The one compute path: molecule → SCF → DF-MP2 → result.
+
+Every entry point — ``mp2trn.run``, ``interaction_energy``, ``mp2trn validate``, ``mp2trn bench`` and
+the CLI — builds a :class:`~mp2trn.options.RunOptions`, opens the device once with :func:`open_device`
+and calls :func:`compute` for each molecule::
+
+    options = RunOptions(basis="cc-pvtz", device="sim")
+    with open_device(options) as device:
+        result, mf = compute("molecules/water.xyz", options, device)
+
+Everything cheap is checked before the SCF starts: the molecule, the MP2 fitting basis and whether the
+memory budget can hold the smallest block of the MP2 step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from pyscf import gto
+
+from . import dfmp2
+from .devices import Device, get_device
+from .df import make_auxmol
+from .memory import budget_mb, check_budget_before_scf
+from .molecule import build_mole
+from .options import RunOptions
+from .result import MP2Result
+from .scf import run_scf
+from .transform import Progress
+
+Source = str | os.PathLike | gto.Mole
+
+
+@contextlib.contextmanager
+def open_device(options: RunOptions) -> Iterator[Device]:
+    """The run's device, built from ``options`` and closed at the end (a Device object passed in
+    ``options.device`` belongs to the caller and is left open)."""
+    owned = not isinstance(options.device, Device)
+    device = get_device(options.device, options.precision, **options.device_kwargs())
+    try:
+        yield device
+    finally:
+        if owned:
+            device.close()
+
+
+def bind_device(options: RunOptions, device: Device) -> RunOptions:
+    """``options`` with an open ``device`` in place of the device settings (for runs sharing it)."""
+    return replace(options, device=device, precision=None, target=None, device_options={})
+
+
+def build_molecule(source: Source, options: RunOptions) -> gto.Mole:
+    """The molecule of ``source`` (XYZ path or text, PySCF atom string, Mole) with the options' basis,
+    charge, multiplicity and unit."""
+    return build_mole(source, basis=options.basis, charge=options.charge, multiplicity=options.multiplicity,
+                      unit=options.unit)
+
+
+def check_before_scf(mol: gto.Mole, options: RunOptions, device: Device) -> None:
+    """Errors that need no SCF, raised before it: an unusable MP2 fitting basis, a budget too small."""
+    auxmol, _ = make_auxmol(mol, options.auxbasis)
+    loc = auxmol.ao_loc_nr()
+    check_budget_before_scf(mol.nao_nr(), mol.nelec, auxmol.nao_nr(), int(max(loc[1:] - loc[:-1])),
+                            budget_mb(options.max_memory), device.storage_dtype.itemsize)
+
+
+def scf_stage(source: Source, options: RunOptions, device: Device, progress: Progress | None = None):
+    """Molecule → converged SCF, after the checks that need no SCF. Returns (mf, SCF wall time in s)."""
+    mol = build_molecule(source, options)
+    check_before_scf(mol, options, device)
+    t0 = time.perf_counter()
+    if progress:
+        progress("scf", 0, 1)
+    mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory))
+    if progress:
+        progress("scf", 1, 1)
+    return mf, time.perf_counter() - t0
+
+
+def compute(
+    source: Source,
+    options: RunOptions,
+    device: Device,
+    progress: Progress | None = None,
+    keep_pair_energies: bool = False,
+) -> tuple[MP2Result, Any]:
+    """Molecule → SCF → DF-MP2 on ``device``. Returns the result (timings: scf, the DF-MP2 stages,
+    total) and the converged PySCF mean-field object."""
+    mf, t_scf = scf_stage(source, options, device, progress)
+    result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), options.auxbasis, options.frozen, progress,
+                          keep_pair_energies)
+    timings = {"scf": t_scf, **result.timings}
+    timings["total"] = t_scf + result.timings["mp2"]
+    return replace(result, timings=timings), mf
+
+
+def run(
+    source: Source,
+    options: RunOptions | None = None,
+    progress: Progress | None = None,
+    keep_pair_energies: bool = False,
+    **changes: Any,
+) -> MP2Result:
+    """Molecule → SCF → DF-MP2 in one call; returns the MP2Result (``.e_tot``, ``.to_qcschema()``).
+
+    ``source``: XYZ path, XYZ text, PySCF atom string or ``gto.Mole``. Settings: ``options`` and/or the
+    fields of :class:`~mp2trn.options.RunOptions` as keywords (``basis=``, ``device=``, ``max_memory=``...).
+    """
+    options = RunOptions.build(options, **changes)
+    with open_device(options) as device:
+        result, _ = compute(source, options, device, progress, keep_pair_energies)
+    return result

@@ -1,0 +1,155 @@
+"""The precision registry: every arithmetic mode mp2trn knows, in one table.
+
+A :class:`Precision` says how the host stores the intermediates between stages (``storage``), in which
+dtype the GEMM operands are handed to a device (``compute``), how a kernel operand is split into
+planes (:meth:`Precision.split_operand`) and how a kernel's output planes are combined on the host
+(:meth:`Precision.combine`), plus the accuracy it must deliver against PySCF (``tolerance``, Eh of
+correlation energy; rationale in docs/accuracy.md). Devices list the names they run
+(``Device.supported_precisions``) and consult this table instead of comparing names.
+
+``fp64``   everything in double precision (cpu, cuda).
+``fp32``   operands rounded once to float32, fp32 accumulation; sums over pairs in fp64.
+``fp32x3`` compensated (NKI devices): an fp64 operand X is split along the contraction axis into
+
+    hi = X rounded to a power-of-two grid g constant along that axis (g = 2^(e−β), 2^e > max |X|),
+         so hi/g is an integer with |hi/g| ≤ 2^β — exact in bfloat16 (β ≤ 8);
+    lo = fp32(X − hi)          (|lo| ≤ g/2, 2^-β smaller than X)
+    x  = fp32(X)               (moving operands only)
+
+and a kernel accumulates hi·hi (bf16, exact) + hi·lo + lo·x (fp32) in PSUM (kernels/gemm.py). The
+hi·hi partial sums stay below 2^24 grid units when K·2^(2β) ≤ 2^24: β = ⌊(24 − ⌈log2 K⌉)/2⌋.
+``bf16``   registered so the table has its place (bfloat16 operands, fp32 accumulation); no device
+runs it yet, and asking for it is an error naming the precisions the device has.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .errors import InputError
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+
+
+def beta_for(k: int) -> int:
+    """Bits of the hi part for contraction length ``k`` (K·2^(2β) ≤ 2^24, β ≤ 8 for bfloat16)."""
+    if k < 1:
+        raise ValueError("contraction length must be positive")
+    return int(max(1, min(8, (24 - math.ceil(math.log2(max(k, 2)))) // 2)))
+
+
+def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
+    """Split fp64 ``x`` along the contraction ``axis`` into (hi bf16, lo fp32[, x fp32])."""
+    x = np.asarray(x, dtype=np.float64)
+    m = np.max(np.abs(x), axis=axis, keepdims=True)
+    _, e = np.frexp(np.where(m > 0, m, 1.0))          # m = f·2^e, 0.5 ≤ f < 1  ->  2^e > m
+    g = np.ldexp(1.0, (e - beta).astype(np.int32))
+    hi = np.rint(x / g) * g                           # x/g exact (power-of-two scaling)
+    lo = (x - hi).astype(np.float32)
+    if with_full:
+        return hi.astype(BF16), lo, x.astype(np.float32)
+    return hi.astype(BF16), lo
+
+
+def check_exact_hi(hi16: np.ndarray, hi: np.ndarray) -> bool:
+    """True when the bf16 plane holds ``hi`` exactly (used by tests)."""
+    return bool(np.array_equal(hi16.astype(np.float64), hi))
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One arithmetic mode.
+
+    name: the label users pass (``--precision``) and results report.
+    storage: dtype of (P|ia) and B on the host between stages.
+    compute: dtype of GEMM operands handed to a device (fp32x3: the fp32 planes; hi is bf16).
+    planes: kernel operand planes (1: a plain cast; 3: hi, lo and the full fp32 value).
+    tolerance: allowed |E_corr − PySCF| in Eh (docs/accuracy.md), None when no device runs it.
+    description: one line for the what-ran record.
+    """
+
+    name: str
+    storage: np.dtype
+    compute: np.dtype
+    planes: int
+    tolerance: float | None
+    description: str
+
+    @property
+    def compensated(self) -> bool:
+        """True when operands are split into several planes whose products are summed."""
+        return self.planes > 1
+
+    def split_operand(self, x: np.ndarray, axis: int, moving: bool) -> tuple[np.ndarray, ...]:
+        """The planes of kernel operand ``x`` (contraction along ``axis``), C-contiguous.
+
+        One plane: ``x`` cast to ``compute``. Compensated: (hi, lo) for a stationary operand and
+        (hi, lo, x) for a moving one, on a grid chosen for contraction length ``x.shape[axis]``.
+        """
+        if not self.compensated:
+            return (np.ascontiguousarray(x, dtype=self.compute),)
+        return split(x, axis, beta_for(x.shape[axis]), with_full=moving)
+
+    def grid_args(self, k: int) -> tuple[int, ...]:
+        """Compile-time scalars a compensated kernel needs to re-split an intermediate on chip
+        (the grid bits β for contraction length ``k``); empty for single-plane modes."""
+        return (beta_for(k),) if self.compensated else ()
+
+    def combine(self, out) -> np.ndarray:
+        """A kernel's result as one host array: a plane pair (exact, rest) is added in fp64."""
+        if isinstance(out, tuple):
+            return out[0].astype(np.float64) + out[1]
+        return out
+
+
+#: |E_corr(mp2trn) − E_corr(PySCF)| allowed per precision (Hartree); measurements in docs/accuracy.md.
+#: fp64: both codes do the same double-precision arithmetic; measured ≤ 1.1e-16 Eh on the default set
+#: and ≤ 3.6e-15 Eh on S22 (up to 30 atoms, 321 basis functions), so 1e-8 Eh leaves many orders of
+#: magnitude for other BLAS builds, blockings and GPUs, and for much larger molecules.
+#: fp32 (storage, transforms and pair GEMMs in single precision, pair sums in fp64): measured ≤ 0.045 µEh
+#: on the default set (worst of 5 runs with rotated orbitals), 0.2–1.7 µEh reported elsewhere for whole
+#: fp32 pipelines on ≤ 30 atoms; 1 µEh is the project's figure.
+#: fp32x3: measured on the sim device ≤ 0.012 µEh on the default set (worst of 5 runs with rotated
+#: orbitals) and ≤ 0.018 µEh on S22 complexes up to 30 atoms, while the same device in plain fp32 is off
+#: by 0.001–0.5 µEh per run; 0.1 µEh keeps a 5× margin over the worst sample, and a silent drop to
+#: plain fp32 would fail about half the default set.
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("fp64", F64, F64, 1, 1e-8, "fp64 throughout"),
+        Precision("fp32", F32, F32, 1, 1e-6,
+                  "fp32 operands, fp32 accumulation; pair totals in fp64 on the host"),
+        Precision("fp32x3", F64, F32, 3, 1e-7,
+                  "compensated: operands split hi (bf16-exact power-of-two grid) + lo (fp32); "
+                  "hi*hi exact in PSUM, hi*lo and lo*x corrections in fp32 (3 matmuls per tile)"),
+        Precision("bf16", F32, BF16, 1, None,
+                  "bfloat16 operands, fp32 accumulation (registered; no device runs it yet)"),
+    )
+}
+
+#: Any other label is taken to be a compensated mode (e.g. B split into bf16 terms, fp32 accumulation),
+#: which must deliver fp32-class accuracy. Measured with an emulation (scripts/validate_compensated.py,
+#: default set, worst of 5 runs per molecule): 3-term bf16 split ≤ 0.99 µEh, 6-term ≤ 0.05 µEh, while
+#: plain bf16 is off by 22–392 µEh. 2 µEh is twice the worst 3-term sample and still fails plain bf16
+#: by a factor of 10 or more.
+COMPENSATED_TOLERANCE = 2e-6
+
+
+def get_precision(name: str) -> Precision:
+    """The registry entry for ``name`` (an InputError for names nobody knows)."""
+    try:
+        return PRECISIONS[str(name).lower()]
+    except KeyError:
+        raise InputError(f"unknown precision {name!r}: choose one of {', '.join(PRECISIONS)}") from None
+
+
+def tolerance_for(name: str | None) -> float:
+    """The pass/fail threshold (Eh) of a precision label as reported by the device that ran."""
+    entry = PRECISIONS.get(str(name).lower())
+    return entry.tolerance if entry is not None and entry.tolerance is not None else COMPENSATED_TOLERANCE
