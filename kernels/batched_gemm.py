@@ -2,10 +2,34 @@
 
     out[P, i, a] = Σ_μν C_occ[μ, i] (P|μν) C_vir[ν, a]        for a block of auxiliary functions P
 
-Shapes and layout
-    ao (p, nao, nao) float32 HBM, (P|μν) symmetric in μν; c_occ (nao, no), c_vir (nao, nv) float32.
-    Result (p·no, nv) float32 = (P|ia) with rows (P, i) — exactly the aux-major B[P, i·nv + a] layout the
-    host stores. Any nao, no ≤ 512, nv (edge tiles are partition/free slices; nothing is padded).
+Dimensions
+    p: auxiliary functions in the host's AO block; nao: AO basis functions; no ≤ 512: occupied orbitals
+    (one PSUM bank of columns; the host splits more); nv: virtual orbitals. Any sizes otherwise (edge
+    tiles are partition/free slices; nothing is padded).
+
+Args
+    ao (p, nao, nao) float32 HBM, (P|μν) symmetric in μν; c_occ (nao, no), c_vir (nao, nv) float32;
+    group: auxiliary functions per on-chip group (0: :func:`group_size` from the target's SBUF).
+    ``batched_gemm_x3``: the compensated planes of ao, c_occ, c_vir and β, the grid bits of the on-chip
+    re-split of X.
+
+Returns
+    (p·no, nv) float32 = (P|ia) with rows (P, i) — exactly the aux-major B[P, i·nv + a] layout the host
+    stores (``batched_gemm_x3``: the pair (y_exact, y_rest), added in fp64 by the host).
+
+Engines
+    DMA: the ao group (one transfer per plane), C_occ/C_vir once per launch, result rows. TensorE: both
+    half-transforms (and, in x3, the transposes of X). VectorE: PSUM evictions (x3: row maxima, grid
+    rounding). GpSimd: x3 widening of bf16 planes and exponent masks.
+
+Pseudocode
+    load C_occ, C_vir                                     # resident for the launch
+    for each group of g auxiliary functions P:
+        load ao[P group, :, :]
+        X[μ, (P, i)] = Σ_ν ao[P, ν, μ] C_occ[ν, i]        # first half, PSUM → SBUF; never to HBM
+        (x3: re-split X along μ into hi/lo planes on chip)
+        Y[(P, i), a] = Σ_μ X[μ, (P, i)] C_vir[μ, a]       # second half, X already stationary
+        store Y rows
 
 Dataflow and tiling (per group of g auxiliary functions, g·no ≤ 512)
     1. DMA: ONE ``dma_copy`` per plane brings ao[P0:P0+g, ν, :] for all full 128-row ν tiles into an SBUF
@@ -50,10 +74,13 @@ NumPy reference: :func:`batched_gemm_reference`. Tests: tests/test_kernel_batche
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ._nki import nki, nisa, nl
-from .gemm import EXP_MASK, FP32, MAGIC, NFMAX, PMAX, evict, matmul_planes, sbuf_budget, store_rows, tiles
+from .tiles import (EXP_MASK, FP32, MAGIC, NFMAX, PMAX, evict, load_operand_tiles, matmul_planes, sbuf_budget,
+                    store_rows, tiles)
 
 __all__ = ["batched_gemm", "batched_gemm_x3", "batched_gemm_reference", "group_size"]
 
@@ -105,8 +132,6 @@ def _load_ao_group(ao_planes, g0, gs, nao, ktiles, x3):
 
 def _resident(planes, ktiles, stationary, name):
     """Load a small (nao, n) operand (C_occ / C_vir, all planes) once per launch."""
-    from .gemm import load_operand_tiles
-
     n = planes[0].shape[1]
     return load_operand_tiles(planes, ktiles, 0, n, stationary=stationary, name=name)
 
@@ -223,6 +248,24 @@ def _second_half(xst, cvir, ktiles, ncols, nv, out, row0, out_rest=None):
                 store_rows(o, row0, nfull * PMAX, a0, asz, sg)
 
 
+@dataclass
+class Transform(nl.NKIObject):
+    """What every group of one launch shares: the AO planes in HBM, the resident C_occ/C_vir tiles, the
+    sizes, the outputs (``out_rest`` for the x3 corrections, else None) and the re-split grid bits."""
+
+    ao_planes: tuple
+    cocc: list
+    cvir: list
+    ktiles: list
+    nao: int
+    no: int
+    nv: int
+    x3: bool
+    beta: int
+    out: object
+    out_rest: object
+
+
 def _body(ao_planes, co_planes, cv_planes, out, group, beta, out_rest=None):
     p, nao, _ = ao_planes[0].shape
     no = co_planes[0].shape[1]
@@ -231,21 +274,22 @@ def _body(ao_planes, co_planes, cv_planes, out, group, beta, out_rest=None):
     assert no <= NFMAX, f"batched_gemm: {no} occupied orbitals exceed one PSUM bank ({NFMAX}); split them"
     ktiles = tiles(nao, PMAX)
     g = group if group else group_size(nao, no, nv, x3)
-    cocc = _resident(co_planes, ktiles, stationary=False, name="c_occ")
-    cvir = _resident(cv_planes, ktiles, stationary=False, name="c_vir")
+    job = Transform(ao_planes, _resident(co_planes, ktiles, stationary=False, name="c_occ"),
+                    _resident(cv_planes, ktiles, stationary=False, name="c_vir"), ktiles, nao, no, nv, x3, beta,
+                    out, out_rest)
     for g0 in range(0, p, g):
-        gs = min(g, p - g0)
-        _group(ao_planes, cocc, cvir, ktiles, g0, gs, nao, no, nv, x3, beta, out, out_rest)
+        _group(job, g0, min(g, p - g0))
 
 
-def _group(ao_planes, cocc, cvir, ktiles, g0, gs, nao, no, nv, x3, beta, out, out_rest):
-    aot = _load_ao_group(ao_planes, g0, gs, nao, ktiles, x3)
-    xs = _first_half(aot, cocc, ktiles, gs, no, x3)
-    if x3:
-        xst = _resplit(xs, ktiles, gs * no, nao, beta)
+def _group(job, g0, gs):
+    """Both half-transforms for auxiliary functions g0 .. g0+gs of the launch."""
+    aot = _load_ao_group(job.ao_planes, g0, gs, job.nao, job.ktiles, job.x3)
+    xs = _first_half(aot, job.cocc, job.ktiles, gs, job.no, job.x3)
+    if job.x3:
+        xst = _resplit(xs, job.ktiles, gs * job.no, job.nao, job.beta)
     else:
         xst = [(x[0],) for x in xs]
-    _second_half(xst, cvir, ktiles, gs * no, nv, out, g0 * no, out_rest)
+    _second_half(xst, job.cvir, job.ktiles, gs * job.no, job.nv, job.out, g0 * job.no, job.out_rest)
 
 
 @nki.jit

@@ -8,15 +8,40 @@
 Only the per-pair sums os (and x) leave the chip; the host adds them up in fp64 (RHF: E_os = Σ os,
 E_ss = Σ (os − x); UHF: αα/ββ give os − x, αβ gives os).
 
-Shapes and layout (host-prepared, see mp2trn/devices/nki_device.py)
+Dimensions
+    naux: auxiliary functions (contraction, SBUF partitions); nI, nJ ≥ 1: occupied orbitals of the two
+    blocks (nJ ≤ 512, one PSUM bank of per-pair sums; nocc = 1 works); nva, nvb: virtuals of each side
+    (nva ≠ nvb allowed without exchange, UHF αβ). Any sizes otherwise: edge tiles are slices, nothing is
+    padded, so no padded denominators exist.
+
+Args (host-prepared, see mp2trn/devices/nki_device.py)
     b_i (naux, nI·nva), b_j (naux, nJ·nvb) float32: B aux-major — B[Q, i·nv + a] — so the contraction
     index Q is on the SBUF partitions exactly as TensorE wants: stationary = B_i[Q-tile, a-tile]
     (M = a ≤ 128), moving = B_j[Q-tile, (j, b) columns ≤ 512].
     ev_a (nva, 1); neg_e_i (1, nI) = −e_i; evb_minus_ej (nJ, nvb) = ε_b − e_j  (float32).
-    Results: os (nI, nJ) float32 [and x (nI, nJ) when ``exchange``].
-    Any naux, nva, nvb (edge tiles are slices, nothing is padded, so no padded denominators exist),
-    nI, nJ ≥ 1 (nocc = 1 works), nva ≠ nvb allowed without exchange (UHF αβ).
-    ``same``: b_j is b_i (diagonal block): only pairs i ≤ j are formed (others are returned as 0).
+    exchange: also x (same-spin blocks); same: b_j is b_i (diagonal block: only pairs i ≤ j are formed,
+    others are returned as 0); i_block: I orbitals resident at once (0: :func:`i_block_size`).
+    ``mp2_energy_x3``: the compensated planes of b_i (hi, lo) and b_j (hi, lo, full).
+
+Returns
+    os (nI, nJ) float32 [and x (nI, nJ) when ``exchange``]; ``mp2_energy_x3``: per-pair row sums
+    (nva, nI·nJ), negated, which the host adds in fp64.
+
+Engines (one line per step of the pseudocode)
+    TensorE: T in PSUM, the Tᵀ transposes, the sums over a (ones-vector matmul). ScalarE: denominators
+    (activation with bias), T copies to SBUF. GpSimd: reciprocals. VectorE: W = T/D, T·W and W·Tᵀ, the
+    segment sums over b. DMA: B blocks once per launch, per-pair sums out.
+
+Pseudocode
+    load B_I[:, I sub-block]                              # resident
+    for each j-group (whole j's per PSUM bank):
+        load B_J[:, group]                                # (a view of B_I on a resident diagonal block)
+        for i in the sub-block, for each a tile:
+            T[a, (j, b)] = Σ_Q B_I[Q, (i, a)] B_J[Q, (j, b)]     # PSUM
+            D' = (ε_b − e_j) + (ε_a − e_i);  R = 1/D'             # ScalarE, GpSimd
+            W = T·R;  os[i, j] += Σ_ab W·T                         # VectorE, TensorE (sum over a)
+            exchange: Tᵀ by transposes; x[i, j] += Σ_ab W·Tᵀ
+    store os (and x)                                      # negated: D' = −D
 
 Tiling and dataflow
     * The I block (all Q tiles × all (i, a) columns) is loaded once and stays resident in SBUF for the
@@ -57,10 +82,12 @@ NumPy reference: :func:`mp2_energy_reference`. Tests: tests/test_kernel_mp2_ener
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ._nki import nki, nisa, nl
-from .gemm import EXP_MASK, FP32, MAGIC, NFMAX, PMAX, load_operand_tiles, matmul_planes, sbuf_budget, tiles
+from .tiles import EXP_MASK, FP32, MAGIC, NFMAX, PMAX, load_operand_tiles, matmul_planes, sbuf_budget, tiles
 
 SUM_BITS = 15    # grid bits of the exact row sums: ≤ 512 terms of ≤ 2^15 grid units stay below 2^24
 
@@ -164,10 +191,39 @@ def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, rows=None, row_col=0, first=
         nisa.tensor_tensor(dst=dst, data1=dst, data2=red, op=nl.add)
 
 
-def _pair_group(i, il, ip, jt, ej, bias, ones, atiles, nva, nvb, nj, exchange, res_os, res_x, out_col, j_skip,
-                rowsums):
-    """All pairs (i, j in the group): T tiles, denominators, fused reductions; results into res_*
+@dataclass
+class PairBlock(nl.NKIObject):
+    """What every pair group of one resident I sub-block shares: the I planes per Q tile, the launch
+    constants (ones column, (ε_a − e_i) bias columns per a tile), sizes, modes and the result tiles
     (per-pair mode: [1, nI·nJ] rows; row mode: one [asz, nI·nJ] tile per a tile)."""
+
+    ip: list
+    bias: list
+    ones: object
+    atiles: list
+    nva: int
+    nvb: int
+    exchange: bool
+    rowsums: bool
+    res_os: object
+    res_x: object
+
+
+@dataclass
+class JGroup(nl.NKIObject):
+    """One j-group: its B_J planes per Q tile, the broadcast (ε_b − e_j) row, and how many j it holds."""
+
+    jt: list
+    ej: object
+    nj: int
+
+
+def _pair_group(blk, grp, i, il, out_col, j_skip):
+    """All pairs (i, j in the group): T tiles, denominators, fused reductions; results into the block's
+    result tiles from column ``out_col``; on a diagonal block the first ``j_skip`` pairs are not written."""
+    ip, jt, ej, bias, ones, atiles = blk.ip, grp.jt, grp.ej, blk.bias, blk.ones, blk.atiles
+    nva, nvb, nj, exchange, rowsums = blk.nva, blk.nvb, grp.nj, blk.exchange, blk.rowsums
+    res_os, res_x = blk.res_os, blk.res_x
     ncols = nj * nvb
     chunks = tiles(ncols, NFMAX)
     acc_os = acc_x = None
@@ -284,6 +340,7 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
             res_os, res_x = _row_buffers(atiles, ni * nJ, exchange)
         resident_all = same and ni == nI
         jp = ip
+        blk = PairBlock(ip, bias, ones, atiles, nva, nvb, exchange, rowsums, res_os, res_x)
         if resident_all and x3:
             # moving planes of the diagonal block from the resident ones: (hi16, lo, x = hi + lo)
             jp = []
@@ -304,8 +361,8 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
                 i = i0 + il
                 if same and i >= j0 + nj:
                     continue                               # pairs i <= j only
-                _pair_group(i, il, ip, jt, ej, bias, ones, atiles, nva, nvb, nj, exchange, res_os, res_x,
-                            (il if rowsums else i) * nJ + j0, max(0, i - j0) if same else 0, rowsums)
+                _pair_group(blk, JGroup(jt, ej, nj), i, il, (il if rowsums else i) * nJ + j0,
+                            max(0, i - j0) if same else 0)
         if rowsums:
             for at, (a0, asz) in enumerate(atiles):
                 nisa.dma_copy(dst=out_os[a0:a0 + asz, i0 * nJ:(i0 + ni) * nJ], src=res_os[at])

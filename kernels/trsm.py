@@ -1,8 +1,31 @@
 """trsm — the DF metric step ``B = L⁻¹ V`` (L: lower Cholesky factor of the Coulomb metric) on TensorE,
 as a block-triangular GEMM with the inverse factor precomputed on the host (NKI 0.3.0).
 
-Why a GEMM with L⁻¹ instead of a forward substitution (documented equivalent, DESIGN §4)
-    The Cholesky factorization stays on the host in fp64 (DESIGN §2.3); the host also forms L⁻¹ once per
+Dimensions
+    naux: auxiliary functions (the contraction axis P and the output rows Q); n: columns of V
+    (n = nocc·nvir of one spin, or one out-of-core column block). Any naux, n.
+
+Args
+    linv_t (naux, naux) float32, upper triangular ((L⁻¹)ᵀ, from :func:`inverse_factor_t`); v (naux, n)
+    float32, aux-major ((P|ia) with column index n = i·nvir + a); m_block / n_width as in gemm.
+    ``trsm_x3``: the compensated planes (linv_t_hi, linv_t_lo, v_hi, v_lo, v).
+
+Returns
+    b (naux, n) float32 = L⁻¹ v (``trsm_x3``: the pair (b_exact, b_rest), added in fp64 by the host).
+
+Engines
+    As gemm: DMA loads the (L⁻¹)ᵀ panel and V chunks and stores B; TensorE accumulates over P in PSUM;
+    VectorE evicts PSUM → SBUF. The host (fp64, once per molecule) factors the metric and forms L⁻¹.
+
+Pseudocode
+    for each panel of Q tiles:                            # (L⁻¹)ᵀ[P ≤ Q, Q tiles] resident in SBUF
+        for each column chunk of V:
+            for each Q tile: acc = Σ_{P tile ≤ Q tile} (L⁻¹)ᵀ[P, Q]ᵀ V[P, chunk]   # PSUM
+            store B[panel, chunk]
+
+Why a GEMM with L⁻¹ instead of a forward substitution (the equivalent form docs/architecture.md names)
+    The Cholesky factorization stays on the host in fp64 (the metric stage in docs/architecture.md); the
+    host also forms L⁻¹ once per
     molecule (O(naux³/3), fp64) and passes ``linv_t = (L⁻¹)ᵀ`` — upper triangular, contraction index P
     first, i.e. already the [K=P, M=Q] stationary layout. ``B[Q, n] = Σ_{P ≤ Q} L⁻¹[Q, P] V[P, n]`` is
     then one GEMM whose K tiles above the diagonal tile are skipped (never loaded, never multiplied),
@@ -15,11 +38,7 @@ Why a GEMM with L⁻¹ instead of a forward substitution (documented equivalent,
     TensorE form of trsm, was no better in a NumPy emulation: +0.19 µEh on benzene), and in the
     compensated ``fp32x3`` mode it is ≤ 0.01 µEh.
 
-Shapes and layout
-    linv_t (naux, naux) float32, upper triangular ((L⁻¹)ᵀ); v (naux, n) float32, aux-major ((P|ia) with
-    the column index n = i·nvir + a); result b (naux, n) float32 = L⁻¹ v. Any naux, n.
-
-Tiling / engines / features
+Tiling / features
     As kernels/gemm.py: Q tiles of 128 rows on the PSUM partition axis, P tiles of 128 contracted on the
     SBUF partitions, column chunks of 512 (one PSUM bank). A panel of (L⁻¹)ᵀ tiles (only the P ≤ Q
     triangle) stays resident in SBUF while all column chunks of V stream through; each V chunk is loaded

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from mp2trn.precision import beta_for, split
-from mp2trn.kernels.gemm import gemm, gemm_reference, gemm_x3, tiles
+from mp2trn.kernels.gemm import gemm, gemm_reference, gemm_x3
+from mp2trn.kernels.tiles import tiles
 
 from .kernel_helpers import EPS32, bound, cancelling, run
 

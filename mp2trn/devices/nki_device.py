@@ -75,7 +75,7 @@ class LaunchPlan:
 
     def metric_blocks(self, naux: int, ncol: int) -> tuple[int, int]:
         """(M tiles per resident (L⁻¹)ᵀ panel, columns per streamed V chunk) for the trsm kernel."""
-        from ..kernels.gemm import plan_panels
+        from ..kernels.tiles import plan_panels
 
         nt = -(-naux // 128)
         mb, width = plan_panels(nt, nt, ncol, self.x3, self.overrides.get("m_block"), self.budget)

@@ -1,0 +1,159 @@
+"""Tile helpers shared by the mp2trn kernels: sub-kernels (plain functions called from ``@nki.jit``
+kernels and inlined by the compiler, never jitted themselves) and the compile-time planning they use.
+
+Dimensions
+    K: contraction length (partition axis, tiles of ``PMAX`` = 128). M: stationary free size (tiles of
+    ``MFMAX`` = 128). N: moving free size (chunks of ≤ ``NFMAX`` = 512 fp32, one 2 KiB PSUM bank).
+
+Helpers (engine)
+    load_rows / load_ktiles / load_operand_tiles   HBM → SBUF (DMA; GpSimd widens hi planes to fp32)
+    store_rows                                      SBUF → HBM (DMA, one access pattern per panel)
+    matmul_planes                                   Σ_k stationaryᵀ·moving into PSUM (TensorE)
+    evict                                           PSUM → SBUF (VectorE) → HBM (DMA)
+    tiles / plan_panels / sbuf_budget               host-side (compile-time) tiling arithmetic
+
+Operands are tuples of *planes*: ``(x,)`` in fp32, or the compensated planes of :mod:`mp2trn.precision`
+(stationary (hi, lo), moving (hi, lo, x)); see kernels/gemm.py for the arithmetic.
+"""
+
+from __future__ import annotations
+
+from ._nki import nisa, nl
+
+PMAX = 128      # nl.tile_size.pmax
+MFMAX = 128     # nl.tile_size.gemm_stationary_fmax
+NFMAX = 512     # nl.tile_size.gemm_moving_fmax == psum_fmax (fp32 elements in one PSUM bank)
+FP32 = 4
+MAGIC = 1.5 * 2.0 ** 23          # fl(fl(x + MAGIC·g) − MAGIC·g) rounds x to a multiple of g (|x| < 2^22·g)
+EXP_MASK = 0x7F800000           # fp32 exponent bits: (bits & mask) reinterpreted = 2^floor(log2 |x|)
+
+__all__ = ["PMAX", "MFMAX", "NFMAX", "FP32", "MAGIC", "EXP_MASK", "tiles", "sbuf_budget", "load_rows", "load_ktiles",
+           "load_operand_tiles", "store_rows", "matmul_planes", "evict", "plan_panels", "column_views"]
+
+
+def tiles(n, size):
+    """[(start, length)] covering range(n) in pieces of at most ``size`` (the last one may be shorter)."""
+    return [(s, min(size, n - s)) for s in range(0, n, size)]
+
+
+def sbuf_budget(fraction=0.85):
+    """Bytes per partition this kernel may plan for: a share of ``total_available_sbuf_size`` of the
+    target generation (180224 B trn1, 212984 B trn2), leaving room for allocator fragmentation."""
+    return int(nl.tile_size.total_available_sbuf_size * fraction)
+
+
+def load_rows(src, r0, rsz, c0, csz, dtype, name=""):
+    """DMA ``src[r0:r0+rsz, c0:c0+csz]`` (HBM, 2-D) into a fresh SBUF tile [rsz, csz]."""
+    t = nl.ndarray((rsz, csz), dtype=dtype, buffer=nl.sbuf, name=name)
+    nisa.dma_copy(dst=t, src=src[r0:r0 + rsz, c0:c0 + csz])
+    return t
+
+
+def load_ktiles(src, ktiles, c0, csz, dtype, name=""):
+    """Columns c0:c0+csz of every K tile of the 2-D HBM tensor ``src`` (K, ·) -> list of [ksz, csz]
+    SBUF views. All full 128-row tiles arrive in ONE dma_copy through an access pattern
+    (partition = row within the tile, then tile, then column) into an SBUF tile [128, ntiles, csz];
+    a shorter last tile gets its own transfer. Fewer, larger DMAs: each transfer has a fixed cost."""
+    ncols = src.shape[1]
+    full = [t for t in ktiles if t[1] == PMAX]
+    out = []
+    if full:
+        k0 = full[0][0]
+        big = nl.ndarray((PMAX, len(full), csz), dtype=dtype, buffer=nl.sbuf, name=name)
+        nisa.dma_copy(dst=big, src=src.ap([[ncols, PMAX], [PMAX * ncols, len(full)], [1, csz]],
+                                          offset=k0 * ncols + c0))
+        out = [big[:, i, :] for i in range(len(full))]
+    for k0, ksz in ktiles[len(full):]:
+        out.append(load_rows(src, k0, ksz, c0, csz, dtype, name))
+    return out
+
+
+def load_operand_tiles(planes, ktiles, c0, csz, stationary, name=""):
+    """Load one operand (a tuple of HBM planes, all (K, ·)) for columns c0:c0+csz as a list over K-tiles
+    of plane tuples ready for :func:`matmul_planes`.
+
+    fp32:    planes = (x,)                        -> [(x_k,)]
+    fp32x3:  stationary planes = (x_hi, x_lo)     -> [(hi16_k, hi32_k, lo_k)]  (hi32 = GpSimd copy of hi16)
+             moving planes     = (x_hi, x_lo, x)  -> [(hi16_k, lo_k, x_k)]
+    ``ktiles`` must be full 128-row tiles except possibly the last one.
+    """
+    if len(planes) == 1:
+        return [(t,) for t in load_ktiles(planes[0], ktiles, c0, csz, nl.float32, name)]
+    hi16 = load_ktiles(planes[0], ktiles, c0, csz, nl.bfloat16, name + "_hi")
+    lo = load_ktiles(planes[1], ktiles, c0, csz, nl.float32, name + "_lo")
+    if stationary:
+        out = []
+        for h, l_ in zip(hi16, lo):
+            hi32 = nl.ndarray(h.shape, dtype=nl.float32, buffer=nl.sbuf, name=name + "_hi32")
+            nisa.tensor_copy(dst=hi32, src=h, engine=nisa.gpsimd_engine)   # exact widening
+            out.append((h, hi32, l_))
+        return out
+    full = load_ktiles(planes[2], ktiles, c0, csz, nl.float32, name + "_x")
+    return list(zip(hi16, lo, full))
+
+
+def store_rows(dst, r0, rows, n0, nsz, tiles_sb, name=""):
+    """Write output row tiles to ``dst`` (2-D HBM) rows r0.., columns n0:n0+nsz: ``tiles_sb`` is an SBUF
+    tile [128, n, nsz] holding n full 128-row tiles (one dma_copy through an access pattern) — the
+    counterpart of :func:`load_ktiles`."""
+    ncols = dst.shape[1]
+    nisa.dma_copy(dst=dst.ap([[ncols, PMAX], [PMAX * ncols, rows // PMAX], [1, nsz]], offset=r0 * ncols + n0),
+                  src=tiles_sb)
+
+
+def matmul_planes(acc, stationary, moving, acc_rest=None):
+    """Accumulate Σ_k stationary_kᵀ · moving_k into the PSUM tile ``acc``.
+
+    ``stationary``/``moving``: lists (over K tiles) of plane tuples of *views* (see
+    :func:`load_operand_tiles`). One plane: plain fp32 matmuls. Three planes (fp32x3): all exact
+    hi·hi bf16 products first, then hi·lo and lo·x in fp32 — into the same accumulator, or, with
+    ``acc_rest``, the corrections into that second accumulator (the result is then the *pair*
+    ``acc + acc_rest``, kept apart so it can leave the chip with more than fp32 precision).
+    """
+    if len(stationary[0]) == 1:
+        for s, m in zip(stationary, moving):
+            nisa.nc_matmul(dst=acc, stationary=s[0], moving=m[0])
+        return
+    rest = acc if acc_rest is None else acc_rest
+    for s, m in zip(stationary, moving):
+        nisa.nc_matmul(dst=acc, stationary=s[0], moving=m[0])      # hi16 x hi16: exact in PSUM
+    for s, m in zip(stationary, moving):
+        nisa.nc_matmul(dst=rest, stationary=s[1], moving=m[1])     # hi(fp32) x lo
+    for s, m in zip(stationary, moving):
+        nisa.nc_matmul(dst=rest, stationary=s[2], moving=m[2])     # lo x full
+
+
+def evict(dst_hbm, acc, rows, cols, name="res"):
+    """PSUM accumulator -> SBUF (VectorE) -> HBM (DMA). DMA cannot read PSUM in NKI 0.3.0."""
+    res = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf, name=name)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=dst_hbm, src=res)
+
+
+def plan_panels(nk, nm, N, x3, m_block=None, budget=None):
+    """(M tiles per resident A panel, column-chunk width of B) minimizing the bytes streamed from HBM:
+    B is read once per panel, so taller panels mean less traffic; a narrower B chunk (double-buffered)
+    leaves SBUF for a taller panel. Widths 512/256/128 (a chunk of ≥ 128 moving columns keeps TensorE
+    at full rate in the cost model, max(64, N))."""
+    a_bytes = 10 if x3 else FP32           # per stationary element in SBUF (hi16 + hi32 + lo)
+    b_bytes = 10 if x3 else FP32           # per moving element (hi16 + lo + x)
+    outs = 2 if x3 else 1
+    budget = sbuf_budget() if budget is None else budget
+    best = None
+    for width in (NFMAX, 256, 128):
+        if width > max(N, 1) and width != NFMAX:
+            continue
+        fixed = 2 * nk * width * b_bytes + 2 * outs * 4 * width * FP32
+        mb = m_block or max(1, (budget - fixed) // (nk * MFMAX * a_bytes))
+        panels = -(-nm // mb)
+        key = (panels, -width)
+        if best is None or key < best[0]:
+            best = (key, mb, width)
+        if m_block:
+            break
+    return best[1], best[2]
+
+
+def column_views(tile_list, c0, csz):
+    """Columns c0:c0+csz of every plane of every K tile (views, no copies)."""
+    return [tuple(p[:, c0:c0 + csz] for p in planes) for planes in tile_list]
