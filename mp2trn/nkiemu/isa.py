@@ -1,6 +1,8 @@
 """``nki.isa`` (NKI 0.3.0) for the emulator.
 
-Each instruction checks the rules of the NKI 0.3.0 ISA reference (raising :class:`NkiRuleError` naming
+Every instruction is registered with :func:`instruction`, which runs the shared preamble (removed or
+unknown keywords, tensor arguments, on-chip operands) once; the engines an instruction may be placed on
+are looked up in :data:`ENGINES`. Each instruction then checks the rules of the NKI 0.3.0 ISA reference (raising :class:`NkiRuleError` naming
 the rule, the instruction and the shapes), computes its result with NumPy (engine math in float32,
 round-to-nearest-even cast into ``dst.dtype``; matmul accumulates in float32 in PSUM), and records
 itself with the inputs of its cost formula for :mod:`.cost`. ``dst`` is always the first parameter and
@@ -10,6 +12,8 @@ is written in place; nothing is returned.
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 from math import prod as _prod
 
 import numpy as np
@@ -159,6 +163,58 @@ def _removed_divide(inst, shapes):
 
 # ---------------------------------------------------------------------------------------------------
 # helpers
+
+
+#: the enums under names that the instructions' own ``engine=`` / ``dge_mode=`` / ``reduce_cmd=``
+#: parameters do not shadow
+Engine = engine
+DgeMode = dge_mode
+ReduceCmd = reduce_cmd
+
+#: engines each instruction may be placed on with ``engine=`` (the table every engine argument is
+#: checked against; dma_copy: the hardware DGE queues)
+ENGINES = {
+    "nc_transpose": (engine.tensor, engine.vector),
+    "tensor_copy": (engine.vector, engine.scalar, engine.gpsimd),
+    "tensor_tensor": (engine.vector, engine.gpsimd),
+    "tensor_scalar": (engine.vector, engine.scalar, engine.gpsimd),
+    "memset": (engine.vector, engine.gpsimd),
+    "dma_copy": (engine.sync, engine.scalar),
+}
+
+#: every emulated instruction, by name
+INSTRUCTIONS: dict = {}
+
+
+def instruction(tensors=(), onchip=(), removed=("dtype", "mask")):
+    """Register an ``nki.isa`` instruction and run the preamble all instructions share, once:
+
+    keyword arguments the function does not take are rejected (those NKI 0.3.0 removed with a
+    ``removed_api`` rule naming the replacement, others as a TypeError); the arguments named in
+    ``tensors`` must be NkiTensors, and those in ``onchip`` must live in SBUF/PSUM with ≤ 128 partitions.
+    """
+
+    def register(fn):
+        inst = fn.__name__
+        sig = inspect.signature(fn)
+        params = sig.parameters
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            unknown = {k: v for k, v in kwargs.items() if k not in params}
+            if unknown:
+                _kwargs(inst, unknown, removed)
+            bound = sig.bind(*args, **kwargs).arguments
+            for arg in tensors:
+                _need_tensor(bound.get(arg), arg, inst)
+            if onchip:
+                _onchip(inst, **{arg: bound[arg] for arg in onchip})
+            return fn(*args, **kwargs)
+
+        INSTRUCTIONS[inst] = run
+        return run
+
+    return register
 
 
 def _shapes(**kw):
@@ -317,20 +373,16 @@ def _scalar_or_col(v, P, arg, inst, shapes, fp32_required=True):
 # TensorE
 
 
+@instruction(tensors=("dst", "stationary", "moving"))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
-              perf_mode=matmul_perf_mode.none, name=None, **kwargs):
+              perf_mode=matmul_perf_mode.none, name=None):
     """``dst[M, N] (+)= stationary[K, M].T @ moving[K, N]`` on TensorE, fp32 accumulation in PSUM.
 
     ``accumulate=None``: the first matmul write to a PSUM element overwrites it, later ones accumulate;
     ``True`` always accumulates; ``False`` always overwrites.
     """
     inst = "nc_matmul"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(stationary, "stationary", inst)
-    _need_tensor(moving, "moving", inst)
     L = _rt.current()
     T = L.target
     sh = None
@@ -456,20 +508,16 @@ def _bank_span(t, T):
     return f0 // bb, (f0 + ext - 1) // bb
 
 
-def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs):
+@instruction(tensors=("dst", "data"), onchip=("dst", "data"))
+def nc_transpose(dst, data, engine=engine.unknown, name=None):
     """Swap partition and (flattened) free axes: TensorE (<=128x128, SBUF -> PSUM) or VectorE (<=32x32)."""
     inst = "nc_transpose"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(data, "data", inst)
-    _onchip(inst, dst=dst, data=data)
     P, F = _pf(data)
     e = engine
-    if e is None or e is globals()["engine"].unknown:
+    if e is None or e is Engine.unknown:
         eng = "vector" if (P <= 32 and F <= 32) else "tensor"
     else:
-        eng = _engine_arg(e, inst, "tensor", (globals()["engine"].tensor, globals()["engine"].vector))
+        eng = _engine_arg(e, inst, "tensor", ENGINES[inst])
     if dst.dtype != data.dtype:
         raise NkiRuleError("nc_transpose.dtype", inst,
                            f"dst dtype {_dt.name(dst.dtype)} must equal data dtype {_dt.name(data.dtype)}",
@@ -503,14 +551,10 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs):
 # DMA
 
 
-def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown, name=None,
-             **kwargs):
+@instruction(tensors=("dst", "src"), removed=("dtype", "mask", "dst_rmw_op", "unique_indices"))
+def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown, name=None):
     """Copy ``src`` to ``dst`` (HBM/SBUF, never PSUM) with the DMA engines; dtype cast via float32."""
     inst = "dma_copy"
-    if kwargs:
-        _kwargs(inst, kwargs, removed=("dtype", "mask", "dst_rmw_op", "unique_indices"))
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(src, "src", inst)
     if src.buffer is PSUM:
         raise NkiRuleError("dma_copy.psum_source", inst,
                            "DMA cannot read PSUM in NKI 0.3.0; copy the PSUM tile to SBUF first with nisa.tensor_copy",
@@ -528,19 +572,19 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engin
                                _shapes(dst=dst, src=src))
     L = _rt.current()
     dm = dge_mode
-    if dm is not None and not isinstance(dm, globals()["dge_mode"]):
+    if dm is not None and not isinstance(dm, DgeMode):
         raise NkiRuleError("enum.raw_value", inst, f"dge_mode must be a nisa.dge_mode member, got {dm!r}")
-    if dm is globals()["dge_mode"].hwdge:
+    if dm is DgeMode.hwdge:
         if L.target.gen < 3:
             raise NkiRuleError("dma_copy.hwdge_target", inst, f"hardware DGE needs NeuronCore-v3+, target is {L.target.name}",
                                _shapes(dst=dst, src=src))
         if dst.dtype != src.dtype:
             raise NkiRuleError("dma_copy.hwdge_dtype", inst, "with dge_mode=hwdge dtypes must match exactly (use .view())",
                                _shapes(dst=dst, src=src))
-    if engine is not None and engine is not globals()["engine"].unknown:
-        if not isinstance(engine, globals()["engine"]):
+    if engine is not None and engine is not Engine.unknown:
+        if not isinstance(engine, Engine):
             raise NkiRuleError("enum.raw_value", inst, f"engine must be a nisa.engine member, got {engine!r}")
-        if dm is not globals()["dge_mode"].hwdge or engine not in (globals()["engine"].sync, globals()["engine"].scalar):
+        if dm is not DgeMode.hwdge or engine not in ENGINES[inst]:
             raise NkiRuleError("dma_copy.engine", inst,
                                "engine= is only valid (sync or scalar) together with dge_mode=hwdge",
                                _shapes(dst=dst, src=src))
@@ -560,17 +604,12 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engin
 # Vector / Scalar / GpSimd
 
 
-def tensor_copy(dst, src, engine=engine.unknown, name=None, **kwargs):
+@instruction(tensors=("dst", "src"), onchip=("dst", "src"))
+def tensor_copy(dst, src, engine=engine.unknown, name=None):
     """Copy an SBUF/PSUM tile on VectorE (default), ScalarE or GpSimdE; bit-exact if dtypes match."""
     inst = "tensor_copy"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(src, "src", inst)
-    _onchip(inst, dst=dst, src=src)
     P, F = _same_pf(inst, "tensor_copy.shape", dst=dst, src=src)
-    E = globals()["engine"]
-    eng = _engine_arg(engine, inst, "vector", (E.vector, E.scalar, E.gpsimd))
+    eng = _engine_arg(engine, inst, "vector", ENGINES[inst])
     _no_gpsimd_psum(inst, eng, dst=dst, src=src)
     L = _rt.current()
     if eng == "scalar" and L.target.gen == 2:
@@ -585,25 +624,19 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, **kwargs):
     L.record(eng, inst, ("simple", F, perf, 1), (src._alloc.uid,), (dst._alloc.uid,))
 
 
-def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwargs):
+@instruction(tensors=("dst", "data1", "data2"), onchip=("dst", "data1", "data2"))
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     """Element-wise ``dst = op(data1, data2)`` (VectorE; GpSimd for power / all-int32). No broadcasting."""
     inst = "tensor_tensor"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(data1, "data1", inst)
-    _need_tensor(data2, "data2", inst)
-    _onchip(inst, dst=dst, data1=data1, data2=data2)
     P, F = _same_pf(inst, "tensor_tensor.broadcast", dst=dst, data1=data1, data2=data2)
     if data1.buffer is PSUM and data2.buffer is PSUM:
         raise NkiRuleError("tensor_tensor.both_psum", inst, "data1 and data2 cannot both be in PSUM",
                            _shapes(dst=dst, data1=data1, data2=data2))
     if op is nl.divide:
         _removed_divide(inst, _shapes(dst=dst, data1=data1, data2=data2))
-    E = globals()["engine"]
     ints = all(t.dtype in (_dt.int32, _dt.uint32) for t in (dst, data1, data2))
     default = "gpsimd" if (op is nl.power or ints) else "vector"
-    eng = _engine_arg(engine, inst, default, (E.vector, E.gpsimd))
+    eng = _engine_arg(engine, inst, default, ENGINES[inst])
     if op is nl.power:
         eng = "gpsimd"
     _no_gpsimd_psum(inst, eng, dst=dst, data1=data1, data2=data2)
@@ -639,23 +672,18 @@ def _apply_alu(op, x, a, reverse, inst, shapes):
     return f(a, x) if reverse else f(x, a)
 
 
+@instruction(tensors=("dst", "data"), onchip=("dst", "data"))
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
-                  engine=engine.unknown, name=None, **kwargs):
+                  engine=engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or (P, 1) float32 tiles."""
     inst = "tensor_scalar"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(data, "data", inst)
-    _onchip(inst, dst=dst, data=data)
     P, F = _same_pf(inst, "tensor_scalar.shape", dst=dst, data=data)
     shapes = _shapes(dst=dst, data=data, operand0=operand0, operand1=operand1)
     if op1 is None and operand1 is not None:
         raise NkiRuleError("tensor_scalar.op1_none", inst, "operand1 must be None when op1 is None", shapes)
     if op1 is not None and operand1 is None:
         raise NkiRuleError("tensor_scalar.op1_none", inst, "op1 needs operand1", shapes)
-    E = globals()["engine"]
-    eng = _engine_arg(engine, inst, "vector", (E.vector, E.scalar, E.gpsimd))
+    eng = _engine_arg(engine, inst, "vector", ENGINES[inst])
     _no_gpsimd_psum(inst, eng, dst=dst, data=data, operand0=operand0, operand1=operand1)
     L = _rt.current()
     bit0 = op0 in _BITVEC
@@ -710,14 +738,10 @@ def _reduce_axes(data, axis, inst, shapes):
     return ax
 
 
-def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **kwargs):
+@instruction(tensors=("dst", "data"), onchip=("dst", "data"))
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """Reduce ``data`` along its last free axes with ``op`` on VectorE (fp32 math)."""
     inst = "tensor_reduce"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(data, "data", inst)
-    _onchip(inst, dst=dst, data=data)
     shapes = _shapes(dst=dst, data=data)
     ax = _reduce_axes(data, axis, inst, shapes)
     f = _REDUCE.get(op)
@@ -816,33 +840,26 @@ def _act_common(inst, dst, op, data, bias, scale, reduce_op, reduce_res, cmd):
     L.record("scalar", inst, ("act", F, extra), reads, writes)
 
 
+@instruction()
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=reduce_cmd.idle, name=None, **kwargs):
+               reduce_cmd=reduce_cmd.idle, name=None):
     """``dst = op(data * scale + bias)`` on ScalarE, with optional free-axis add-reduction into the
     engine's reduce registers (``reduce_cmd``) read out into ``reduce_res``."""
-    if kwargs:
-        _kwargs("activation", kwargs)
     _act_common("activation", dst, op, data, bias, scale, reduce_op, reduce_res, reduce_cmd)
 
 
-def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **kwargs):
+@instruction()
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
     """``activation(..., reduce_cmd=reset_reduce, reduce_res=...)``: reduce over all free axes."""
-    if kwargs:
-        _kwargs("activation_reduce", kwargs)
     if reduce_res is None:
         raise NkiRuleError("activation.reduce_res_shape", "activation_reduce", "reduce_res is required")
-    _act_common("activation_reduce", dst, op, data, bias, scale, reduce_op, reduce_res, globals()["reduce_cmd"].reset_reduce)
+    _act_common("activation_reduce", dst, op, data, bias, scale, reduce_op, reduce_res, ReduceCmd.reset_reduce)
 
 
-def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=False, name=None, **kwargs):
+@instruction(tensors=("dst", "data", "reduce_res"), onchip=("dst", "data", "reduce_res"))
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=False, name=None):
     """``dst = data op0 operand0``, then ``reduce_res[P, 1] = reduce_op`` over all free axes (VectorE)."""
     inst = "tensor_scalar_reduce"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(data, "data", inst)
-    _need_tensor(reduce_res, "reduce_res", inst)
-    _onchip(inst, dst=dst, data=data, reduce_res=reduce_res)
     P, F = _same_pf(inst, "tensor_scalar.shape", dst=dst, data=data)
     shapes = _shapes(dst=dst, data=data, operand0=operand0, reduce_res=reduce_res)
     if reverse0:
@@ -863,29 +880,21 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, revers
                          (dst._alloc.uid, reduce_res._alloc.uid))
 
 
-def reciprocal(dst, data, name=None, **kwargs):
+@instruction(tensors=("dst", "data"), onchip=("dst", "data"))
+def reciprocal(dst, data, name=None):
     """``dst = 1 / data`` on VectorE (fp32 math); cost max(MIN_II, 8N)."""
     inst = "reciprocal"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(data, "data", inst)
-    _onchip(inst, dst=dst, data=data)
     P, F = _same_pf(inst, "reciprocal.shape", dst=dst, data=data)
     with np.errstate(all="ignore"):
         _write(dst, np.float32(1.0) / _f32_2d(data))
     _rt.current().record("vector", inst, ("recip", F), (data._alloc.uid,), (dst._alloc.uid,))
 
 
-def memset(dst, value, engine=engine.unknown, name=None, **kwargs):
+@instruction(tensors=("dst",), onchip=("dst",))
+def memset(dst, value, engine=engine.unknown, name=None):
     """Fill ``dst`` with a compile-time constant (VectorE by default, or GpSimd). Value must match dtype."""
     inst = "memset"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _onchip(inst, dst=dst)
-    E = globals()["engine"]
-    eng = _engine_arg(engine, inst, "vector", (E.vector, E.gpsimd))
+    eng = _engine_arg(engine, inst, "vector", ENGINES[inst])
     _no_gpsimd_psum(inst, eng, dst=dst)
     if isinstance(value, NkiTensor) or not isinstance(value, (int, float, np.integer, np.floating, bool, np.bool_)):
         raise NkiRuleError("memset.value_dtype", inst, f"value must be a compile-time scalar, got {type(value).__name__}",
@@ -931,13 +940,10 @@ def _affine_values(pat, P, offset, channel_multiplier):
     return v + grid.reshape(1, -1)
 
 
-def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs):
+@instruction(tensors=("dst",), onchip=("dst",))
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """GpSimd: ``dst[p, ...] = offset + p*channel_multiplier + sum(i_k * step_k)`` (int32, cast to dst)."""
     inst = "iota"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _onchip(inst, dst=dst)
     _no_gpsimd_psum(inst, "gpsimd", dst=dst)
     P, F = _pf(dst)
     pat = _pattern(pattern, inst, _shapes(dst=dst), F)
@@ -949,15 +955,11 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs):
     _rt.current().record("gpsimd", inst, ("gp", F), (), (dst._alloc.uid,))
 
 
+@instruction(tensors=("dst", "on_true_tile"), onchip=("dst", "on_true_tile"))
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=nl.equal, offset=0,
-                  name=None, **kwargs):
+                  name=None):
     """GpSimd: ``dst = on_true_tile if cmp_op(affine_value, 0) else on_false_value``."""
     inst = "affine_select"
-    if kwargs:
-        _kwargs(inst, kwargs)
-    _need_tensor(dst, "dst", inst)
-    _need_tensor(on_true_tile, "on_true_tile", inst)
-    _onchip(inst, dst=dst, on_true_tile=on_true_tile)
     _no_gpsimd_psum(inst, "gpsimd", dst=dst, on_true_tile=on_true_tile)
     P, F = _same_pf(inst, "affine_select.shape", dst=dst, on_true_tile=on_true_tile)
     pat = _pattern(pattern, inst, _shapes(dst=dst, on_true_tile=on_true_tile), F)
