@@ -37,14 +37,14 @@ def interaction(
     unit: UnitFlag = Unit.angstrom,
     frozen_core: Annotated[str, typer.Option(
         "--frozen-core", help="auto (noble-gas cores of each calculation's real atoms) or none.")] = "none",
+    device: DeviceFlag = DEFAULTS.device,
+    precision: PrecisionFlag = None,
+    target: TargetFlag = None,
+    memory: Memory = None,
     scf_df: ScfDf = DEFAULTS.scf_df,
     jkbasis: JkBasis = None,
     conv_tol: ConvTol = DEFAULTS.conv_tol,
     max_cycle: MaxCycle = DEFAULTS.max_cycle,
-    device: DeviceFlag = DEFAULTS.device,
-    precision: PrecisionFlag = None,
-    memory: Memory = None,
-    target: TargetFlag = None,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Write ΔE (under interaction_energy, Eh) and every calculation's result here (atomically).")] = None,
     quiet: Quiet = False,

@@ -249,6 +249,28 @@ def _out(shape, dtype, inst, buffer=sbuf):
 # element-wise binary ops: ALU operators for nisa.* (op=nl.add) and nl.* wrappers
 
 
+def _named(fn, name: str, what: str):
+    """Give an operator function its NKI name: kernels pass these functions as ``op=`` identities."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``nl.{name}``: {what}."
+    return fn
+
+
+def _operator(name: str, arity: int, apply, what: str):
+    """``nl.<name>``: ``op(x, y, dtype=None)`` (arity 2) or ``op(x, dtype=None)`` running ``apply``."""
+    if arity == 2:
+        def op(x, y, dtype=None):
+            return apply(op, x, y, dtype, f"nl.{name}")
+    else:
+        def op(x, dtype=None):
+            return apply(op, x, dtype, f"nl.{name}")
+    return _named(op, name, what)
+
+
+def _binary_op(name: str):
+    return _operator(name, 2, _binary, "element-wise binary operator (VectorE), also an ALU operator for nisa")
+
+
 def _binary(opfunc, x, y, dtype, inst):
     xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
     if not xt and not yt:
@@ -268,84 +290,30 @@ def _binary(opfunc, x, y, dtype, inst):
     return out
 
 
-def add(x, y, dtype=None):
-    return _binary(add, x, y, dtype, "nl.add")
+(add, subtract, multiply, maximum, minimum, power, equal, not_equal, greater, greater_equal, less, less_equal,
+ logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift) = map(_binary_op, (
+    "add", "subtract", "multiply", "maximum", "minimum", "power", "equal", "not_equal", "greater",
+    "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "left_shift", "right_shift"))
 
 
-def subtract(x, y, dtype=None):
-    return _binary(subtract, x, y, dtype, "nl.subtract")
 
 
-def multiply(x, y, dtype=None):
-    return _binary(multiply, x, y, dtype, "nl.multiply")
 
 
-def maximum(x, y, dtype=None):
-    return _binary(maximum, x, y, dtype, "nl.maximum")
 
 
-def minimum(x, y, dtype=None):
-    return _binary(minimum, x, y, dtype, "nl.minimum")
 
 
-def power(x, y, dtype=None):
-    return _binary(power, x, y, dtype, "nl.power")
 
 
-def equal(x, y, dtype=None):
-    return _binary(equal, x, y, dtype, "nl.equal")
 
 
-def not_equal(x, y, dtype=None):
-    return _binary(not_equal, x, y, dtype, "nl.not_equal")
 
 
-def greater(x, y, dtype=None):
-    return _binary(greater, x, y, dtype, "nl.greater")
 
 
-def greater_equal(x, y, dtype=None):
-    return _binary(greater_equal, x, y, dtype, "nl.greater_equal")
 
-
-def less(x, y, dtype=None):
-    return _binary(less, x, y, dtype, "nl.less")
-
-
-def less_equal(x, y, dtype=None):
-    return _binary(less_equal, x, y, dtype, "nl.less_equal")
-
-
-def logical_and(x, y, dtype=None):
-    return _binary(logical_and, x, y, dtype, "nl.logical_and")
-
-
-def logical_or(x, y, dtype=None):
-    return _binary(logical_or, x, y, dtype, "nl.logical_or")
-
-
-def logical_xor(x, y, dtype=None):
-    return _binary(logical_xor, x, y, dtype, "nl.logical_xor")
-
-
-def bitwise_and(x, y, dtype=None):
-    return _binary(bitwise_and, x, y, dtype, "nl.bitwise_and")
-
-
-def bitwise_or(x, y, dtype=None):
-    return _binary(bitwise_or, x, y, dtype, "nl.bitwise_or")
-
-
-def bitwise_xor(x, y, dtype=None):
-    return _binary(bitwise_xor, x, y, dtype, "nl.bitwise_xor")
-
-
-def left_shift(x, y, dtype=None):
-    return _binary(left_shift, x, y, dtype, "nl.left_shift")
-
-
-def right_shift(x, y, dtype=None):
-    return _binary(right_shift, x, y, dtype, "nl.right_shift")
 
 
 def fmod(x, y, dtype=None):
@@ -385,6 +353,14 @@ def _unary_vec(opfunc, x, dtype, inst):
     return out
 
 
+def _activation_op(name: str):
+    return _operator(name, 1, _unary_act, "element-wise activation function (ScalarE)")
+
+
+def _vector_op(name: str):
+    return _operator(name, 1, _unary_vec, "element-wise unary operator (VectorE)")
+
+
 def copy(x, dtype=None):
     """ScalarE ``activation(op=copy)``; the result is on the same buffer as ``x``."""
     d = _dt.normalize(dtype, "nl.copy") if dtype is not None else x.dtype
@@ -393,112 +369,38 @@ def copy(x, dtype=None):
     return out
 
 
-def exp(x, dtype=None):
-    return _unary_act(exp, x, dtype, "nl.exp")
+(exp, log, sqrt, rsqrt, reciprocal, square, tanh, sigmoid, relu, gelu, gelu_apprx_tanh, silu, softplus, mish,
+ erf, sin, cos, tan, arctan, sign, abs) = map(_activation_op, (
+    "exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "tanh", "sigmoid", "relu", "gelu",
+    "gelu_apprx_tanh", "silu", "softplus", "mish", "erf", "sin", "cos", "tan", "arctan", "sign", "abs"))  # noqa: A001 - NKI names (abs)
 
 
-def log(x, dtype=None):
-    return _unary_act(log, x, dtype, "nl.log")
 
 
-def sqrt(x, dtype=None):
-    return _unary_act(sqrt, x, dtype, "nl.sqrt")
 
 
-def rsqrt(x, dtype=None):
-    return _unary_act(rsqrt, x, dtype, "nl.rsqrt")
 
 
-def reciprocal(x, dtype=None):
-    return _unary_act(reciprocal, x, dtype, "nl.reciprocal")
 
 
-def square(x, dtype=None):
-    return _unary_act(square, x, dtype, "nl.square")
 
 
-def tanh(x, dtype=None):
-    return _unary_act(tanh, x, dtype, "nl.tanh")
 
 
-def sigmoid(x, dtype=None):
-    return _unary_act(sigmoid, x, dtype, "nl.sigmoid")
 
 
-def relu(x, dtype=None):
-    return _unary_act(relu, x, dtype, "nl.relu")
 
 
-def gelu(x, dtype=None):
-    return _unary_act(gelu, x, dtype, "nl.gelu")
 
 
-def gelu_apprx_tanh(x, dtype=None):
-    return _unary_act(gelu_apprx_tanh, x, dtype, "nl.gelu_apprx_tanh")
 
 
-def silu(x, dtype=None):
-    return _unary_act(silu, x, dtype, "nl.silu")
+(negative, ceil, floor, trunc, invert, logical_not) = map(_vector_op, (
+    "negative", "ceil", "floor", "trunc", "invert", "logical_not"))
 
 
-def softplus(x, dtype=None):
-    return _unary_act(softplus, x, dtype, "nl.softplus")
 
 
-def mish(x, dtype=None):
-    return _unary_act(mish, x, dtype, "nl.mish")
-
-
-def erf(x, dtype=None):
-    return _unary_act(erf, x, dtype, "nl.erf")
-
-
-def sin(x, dtype=None):
-    return _unary_act(sin, x, dtype, "nl.sin")
-
-
-def cos(x, dtype=None):
-    return _unary_act(cos, x, dtype, "nl.cos")
-
-
-def tan(x, dtype=None):
-    return _unary_act(tan, x, dtype, "nl.tan")
-
-
-def arctan(x, dtype=None):
-    return _unary_act(arctan, x, dtype, "nl.arctan")
-
-
-def sign(x, dtype=None):
-    return _unary_act(sign, x, dtype, "nl.sign")
-
-
-def abs(x, dtype=None):  # noqa: A001 - NKI name
-    return _unary_act(abs, x, dtype, "nl.abs")
-
-
-def negative(x, dtype=None):
-    return _unary_vec(negative, x, dtype, "nl.negative")
-
-
-def ceil(x, dtype=None):
-    return _unary_vec(ceil, x, dtype, "nl.ceil")
-
-
-def floor(x, dtype=None):
-    return _unary_vec(floor, x, dtype, "nl.floor")
-
-
-def trunc(x, dtype=None):
-    return _unary_vec(trunc, x, dtype, "nl.trunc")
-
-
-def invert(x, dtype=None):
-    return _unary_vec(invert, x, dtype, "nl.invert")
-
-
-def logical_not(x, dtype=None):
-    return _unary_vec(logical_not, x, dtype, "nl.logical_not")
 
 
 # ---------------------------------------------------------------------------------------------------
