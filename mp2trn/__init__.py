@@ -9,7 +9,7 @@
 
 import os as _os
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401
 
 # PySCF's C kernels (OpenMP) and NumPy's BLAS (its own threads) alternate in every stage; with OpenMP's
 # default spin-waiting the idle OpenMP threads starve the BLAS threads for milliseconds after each C call

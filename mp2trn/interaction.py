@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import __version__
+from .version import __version__
 from .errors import InputError, Mp2trnError
 from .molecule import Atom, Geometry, check_charge_multiplicity, parse_xyz, read_xyz
 from .options import RunOptions, parse_frozen

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 
 
 def cpu_name() -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 
 HARTREE_TO_KCAL = 627.509474  # kcal/mol per Hartree (CODATA 2018, as in PySCF/Psi4)
 SCS_OS, SCS_SS = 6.0 / 5.0, 1.0 / 3.0  # Grimme's SCS-MP2 scalings, as PySCF's SCSMP2

@@ -7,7 +7,7 @@ import sys
 from rich.markup import escape
 from rich.table import Table
 
-from .. import __version__
+from ..version import __version__
 from .common import app, cli_errors, console
 
 
