@@ -24,7 +24,8 @@ from .options import Frozen
 from .orbitals import is_uhf, select_frozen, spin_orbitals
 from .result import MP2Result, qcschema_molecule
 from .scf import check_converged, scf_jkbasis
-from .transform import BStore, Progress, build_b
+from .progress import Progress
+from .transform import BStore, build_b
 
 
 def kernel(

@@ -14,7 +14,8 @@ import numpy as np
 
 from .devices.base import Device
 from .orbitals import SpinOrbitals
-from .transform import BStore, Progress
+from .progress import Progress
+from .transform import BStore
 
 
 @dataclass

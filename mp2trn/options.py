@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Union
 
 from .errors import InputError
-from .scf import ScfOptions
+from .scf import JK_CHOICES, ScfOptions
 
 #: Frozen orbitals as given by a user: None/"none", "auto", a count N (lowest N per spin), or orbital
 #: indices (one list, or one list per spin for UHF).
@@ -68,7 +68,8 @@ class RunOptions:
     basis / auxbasis: orbital basis and MP2 fitting basis (None: PySCF's RI partner of ``basis``).
     charge / multiplicity: None → the XYZ comment line, else neutral and lowest spin.
     unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
-    scf_df, jkbasis, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`).
+    scf_df, jkbasis, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); scf_jk: where its
+    J/K builds run — "auto" (the device when it has a J/K stage, else PySCF's), "device" or "pyscf".
     device: "cpu", "cuda", "sim", "neuron", "auto" or a Device object; precision: None → the device's
     default; target: Trainium generation for sim/neuron (None → the device default).
     max_memory: budget in MB (None → ``PYSCF_MAX_MEMORY``, else 60 % of the available RAM).
@@ -85,6 +86,7 @@ class RunOptions:
     jkbasis: str | None = None
     conv_tol: float = 1e-10
     max_cycle: int = 100
+    scf_jk: str = "auto"
     device: Any = "cpu"
     precision: str | None = None
     target: str | None = None
@@ -98,6 +100,8 @@ class RunOptions:
             raise InputError(f"--conv-tol must be positive, got {self.conv_tol}")
         if self.max_cycle < 1:
             raise InputError(f"--scf-max-cycle must be at least 1, got {self.max_cycle}")
+        if self.scf_jk not in JK_CHOICES:
+            raise InputError(f"--scf-jk {self.scf_jk!r}: use {', '.join(JK_CHOICES)}")
         unit = str(self.unit).lower()
         if unit not in UNITS:
             raise InputError(f"unknown unit {self.unit!r}: use angstrom or bohr")
@@ -129,7 +133,7 @@ class RunOptions:
     def scf(self) -> ScfOptions:
         """The SCF's share of the options."""
         return ScfOptions(density_fit=self.scf_df, jkbasis=self.jkbasis, conv_tol=self.conv_tol,
-                          max_cycle=self.max_cycle)
+                          max_cycle=self.max_cycle, jk=self.scf_jk)
 
     def device_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the device constructor (the target, then ``device_options``)."""

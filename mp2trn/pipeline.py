@@ -30,8 +30,8 @@ from .memory import budget_mb, check_budget_before_scf
 from .molecule import build_mole
 from .options import RunOptions
 from .result import MP2Result
-from .scf import run_scf
-from .transform import Progress
+from .scf import run_scf, scf_record
+from .progress import Progress
 
 Source = str | os.PathLike | gto.Mole
 
@@ -70,15 +70,16 @@ def check_before_scf(mol: gto.Mole, options: RunOptions, device: Device) -> None
 
 
 def scf_stage(source: Source, options: RunOptions, device: Device, progress: Progress | None = None):
-    """Molecule → converged SCF, after the checks that need no SCF. Returns (mf, SCF wall time in s)."""
+    """Molecule → converged SCF (J/K builds on ``device`` where it has them), after the checks that need
+    no SCF. Returns (mf, SCF wall time in s)."""
     mol = build_molecule(source, options)
     check_before_scf(mol, options, device)
     t0 = time.perf_counter()
     if progress:
-        progress("scf", 0, 1)
-    mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory))
+        progress("scf", 0, options.max_cycle)
+    mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress)
     if progress:
-        progress("scf", 1, 1)
+        progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
     return mf, time.perf_counter() - t0
 
 
@@ -96,7 +97,7 @@ def compute(
                           keep_pair_energies)
     timings = {"scf": t_scf, **result.timings}
     timings["total"] = t_scf + result.timings["mp2"]
-    return replace(result, timings=timings), mf
+    return replace(result, timings=timings, scf=scf_record(mf, t_scf)), mf
 
 
 def run(

@@ -28,6 +28,7 @@ class MP2Result:
     molecule: dict[str, Any] | None = None  # QCSchema molecule
     pair_energies: list[np.ndarray] | None = None  # per channel (i ≤ j), Hartree
     notes: list[str] = field(default_factory=list)
+    scf: dict[str, Any] | None = None  # the SCF stage: where J/K ran, precision per cycle, cycles, seconds
 
     @property
     def e_corr(self) -> float:
@@ -85,6 +86,7 @@ class MP2Result:
                 "timings": self.timings,
                 "cost": self.cost,
                 "notes": self.notes,
+                **({"scf": self.scf} if self.scf is not None else {}),
             }
         )
         return {

@@ -10,8 +10,16 @@ from dataclasses import dataclass
 
 from pyscf import df, gto, scf
 
+from .devices import Device
 from .df import describe_basis, quiet_pyscf
 from .errors import ConvergenceError, InputError
+from .jk import DeviceJK, density_fit_jk
+from .progress import Progress
+
+
+#: where the SCF's J/K builds run: "auto" (the run's device when it has a J/K stage, else PySCF's host
+#: code, and the result says which), "device" (the run's device, an error if it has none), "pyscf"
+JK_CHOICES = ("auto", "device", "pyscf")
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,7 @@ class ScfOptions:
     jkbasis: str | None = None
     conv_tol: float = 1e-10
     max_cycle: int = 100
+    jk: str = "auto"
 
 
 def jk_auxbasis(mol: gto.Mole, jkbasis: str | None) -> str | dict:
@@ -29,11 +38,14 @@ def jk_auxbasis(mol: gto.Mole, jkbasis: str | None) -> str | dict:
     return jkbasis if jkbasis else df.make_auxbasis(mol, mp2fit=False)
 
 
-def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None):
+def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
+            device: Device | None = None, progress: Progress | None = None):
     """Run RHF (spin 0) or UHF (spin > 0) and return the converged mean-field object.
 
-    ``max_memory`` (MB) configures PySCF's own SCF (its ``max_memory``); None keeps PySCF's default.
-    Raises ConvergenceError when the SCF fails to converge in ``options.max_cycle`` iterations.
+    ``max_memory`` (MB) configures PySCF's own SCF (its ``max_memory``) and bounds the device copy of the
+    3-index tensor; None keeps PySCF's default. With a density-fitted SCF and ``device``, the J/K builds
+    run there (``options.jk``, :mod:`mp2trn.jk`); ``scf_record(mf)`` says what ran. ``progress("scf",
+    cycle, max_cycle)`` after each cycle. Raises ConvergenceError when the SCF fails to converge.
     """
     mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
     if max_memory is not None:
@@ -45,12 +57,42 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
                 mf.with_df.build()
         except Exception as exc:  # PySCF raises several types for a missing fitting basis
             raise InputError(f"JK-fit basis {options.jkbasis or 'default'!r} is not usable: {_first_line(exc)}") from None
+        if device is not None and _use_device_jk(options.jk, device):
+            density_fit_jk(mf, device=device, max_memory=mf.max_memory)
     mf.conv_tol = options.conv_tol
     mf.max_cycle = options.max_cycle
     mf.verbose = 0
-    mf.kernel()
+    if progress is not None:
+        mf.callback = lambda envs: progress("scf", envs["cycle"] + 1, options.max_cycle)
+    try:
+        mf.kernel()
+    finally:
+        if isinstance(getattr(mf, "with_df", None), DeviceJK):
+            mf.with_df.release()  # the device copy of the tensor is not needed after the SCF
     check_converged(mf)
     return mf
+
+
+def _use_device_jk(choice: str, device: Device) -> bool:
+    if choice == "pyscf":
+        return False
+    if choice == "device" and not device.has_jk:
+        raise InputError(f"--scf-jk device: device {device.name!r} has no J/K stage yet (use --scf-jk pyscf, "
+                         "or --device cpu/cuda)")
+    return device.has_jk
+
+
+def scf_record(mf, seconds: float) -> dict:
+    """What the SCF did: where its J/K builds ran, in which precision per cycle, and how long it took."""
+    with_df = getattr(mf, "with_df", None)
+    if isinstance(with_df, DeviceJK):
+        record = with_df.jk_record()
+    else:
+        record = {"jk": "pyscf (host, fp64)" if with_df is not None else "pyscf (host, conventional integrals)",
+                  "device": "host", "cycles": int(getattr(mf, "cycles", 0) or 0)}
+    record["seconds"] = seconds
+    record["seconds_per_cycle"] = seconds / record["cycles"] if record["cycles"] else None
+    return record
 
 
 def scf_jkbasis(mf) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+
 import h5py
 import numpy as np
 
@@ -18,8 +18,8 @@ from .devices.base import Device
 from .df import DFIntegrals
 from .memory import BlockPlan
 from .orbitals import SpinOrbitals
+from .progress import Progress
 
-Progress = Callable[[str, int, int], None]
 
 
 class BStore:

@@ -56,6 +56,8 @@ JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help="JK-fit basis 
 ConvTol = Annotated[float, typer.Option("--conv-tol", help="SCF energy convergence threshold (Eh).")]
 MaxCycle = Annotated[int, typer.Option(
     "--scf-max-cycle", help="SCF iterations before giving up (an error, never MP2 on top).")]
+ScfJk = Annotated[str, typer.Option(
+    "--scf-jk", help="Where the SCF's J/K builds run: auto (the device when it has them), device, or pyscf.")]
 DeviceFlag = Annotated[str, typer.Option("--device", "-d", help="cpu, cuda, sim (NKI emulator), neuron, or auto.")]
 PrecisionFlag = Annotated[Optional[str], typer.Option(
     "--precision", "-p", help="fp64 (cpu/cuda default), fp32, or a device's compensated mode.")]

@@ -13,7 +13,7 @@ from ..options import DEFAULTS
 from ..pipeline import compute, open_device
 from ..result import HARTREE_TO_KCAL, MP2Result
 from .common import (AuxBasis, Basis, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
-                     Multiplicity, PrecisionFlag, Quiet, ScfDf, StageProgress, TargetFlag, Unit, UnitFlag, app,
+                     Multiplicity, PrecisionFlag, Quiet, ScfDf, ScfJk, StageProgress, TargetFlag, Unit, UnitFlag, app,
                      cli_errors, console, options_from_flags)
 
 
@@ -31,6 +31,7 @@ def run(
     jkbasis: JkBasis = None,
     conv_tol: ConvTol = DEFAULTS.conv_tol,
     max_cycle: MaxCycle = DEFAULTS.max_cycle,
+    scf_jk: ScfJk = DEFAULTS.scf_jk,
     device: DeviceFlag = DEFAULTS.device,
     precision: PrecisionFlag = None,
     memory: Memory = None,
@@ -85,11 +86,30 @@ def what_ran_table(result: MP2Result) -> Table:
     table.add_row("precision", str(w.get("precision")))
     table.add_row("basis / aux basis", f"{w.get('basis')} / {w.get('auxbasis')}")
     table.add_row("SCF", f"density-fitted ({w.get('jkbasis')})" if w.get("jkbasis") else "conventional integrals")
+    if result.scf:
+        table.add_row("SCF J/K", scf_summary(result.scf))
     table.add_row("frozen orbitals", str(w.get("frozen")))
     table.add_row("nao / naux / nocc / nvir", f"{s['nao']} / {s['naux']} / {s['nocc']} / {s['nvir']}")
     mem = f"{w.get('memory_mb', 0):.0f} MB budget, B tensors {'on disk (HDF5)' if w.get('out_of_core') else 'in memory'}"
     table.add_row("memory", mem)
     return table
+
+
+def scf_summary(scf: dict) -> str:
+    """'device cpu: fp32 ×4 → fp64 ×6, 10 cycles, 0.05 s per J/K build' (runs of equal precision)."""
+    runs: list[list] = []
+    for name in scf.get("precision_per_cycle", []):
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    text = scf["jk"] + (": " + " → ".join(f"{n} ×{k}" for n, k in runs) if runs else "")
+    text += f", {scf['cycles']} cycles"
+    if scf.get("jk_seconds_per_build"):
+        text += f", {scf['jk_seconds_per_build']:.3g} s per J/K build"
+    if scf.get("seconds_per_cycle"):
+        text += f", {scf['seconds_per_cycle']:.3g} s per cycle"
+    return text
 
 
 def timing_table(result: MP2Result) -> Table:

@@ -108,6 +108,30 @@ class Device(ABC):
         Returns float64 arrays (ni, nj) (x is None without ``exchange``).
         """
 
+    # -- the SCF's Coulomb and exchange builds (mp2trn.jk owns blocking, caching and the fp64 sums) ------
+    #: True when the device implements the J/K stage below
+    has_jk: bool = False
+
+    def jk_tensor(self, packed: np.ndarray, nao: int, dtype: np.dtype) -> Any:
+        """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
+
+        packed: (p, nao(nao+1)/2) fp64 rows B_P (μ ≥ ν packed, PySCF's ``_cderi`` layout); dtype: the
+        arithmetic of the builds that will use it. Returns a device-side handle for :meth:`jk_block`
+        (the CPU keeps it as (nao, p, nao), so one GEMM forms C_occᵀ B_P for every P of the block).
+        """
+        raise NotImplementedError(f"device {self.name!r} has no J/K stage")
+
+    def jk_block(self, block: Any, factors: list[tuple[np.ndarray, float]], dm: np.ndarray, with_j: bool,
+                 with_k: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Coulomb and exchange contributions of one tensor block for one density matrix (Hartree).
+
+        factors: [(C (nao, n), sign)] with dm = Σ sign·C Cᵀ (occupied orbitals scaled by √occ, or the
+        eigen-factors of a bare density); dm (nao, nao) symmetric.
+        J_μν = Σ_P ρ_P B_P,μν with ρ_P = Σ_μν B_P,μν dm_μν;  K_μν = Σ_P Σ_i (B_P C)_μi (B_P C)_νi · sign.
+        Returns fp64 (nao, nao) arrays (None for what was not asked).
+        """
+        raise NotImplementedError(f"device {self.name!r} has no J/K stage")
+
     def cost_report(self) -> dict[str, Any] | None:
         """Modeled accelerator cost of everything run so far (NKI devices); None for cpu/cuda."""
         return None

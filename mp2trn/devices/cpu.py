@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pyscf import lib
 from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
 
@@ -81,6 +82,37 @@ class CpuDevice(Device):
             for i in range(ni):
                 _reduce_row(m[i], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
         return os_, xx
+
+    # -- SCF J/K --------------------------------------------------------------------------------------
+    has_jk = True
+
+    def jk_tensor(self, packed, nao, dtype):
+        full = lib.unpack_tril(np.asarray(packed, dtype=np.float64))          # (p, nao, nao), B_P symmetric
+        return np.ascontiguousarray(full.transpose(1, 0, 2), dtype=dtype)     # (nao, p, nao)
+
+    def jk_block(self, block, factors, dm, with_j, with_k):
+        nao, p, _ = block.shape
+        flat = block.reshape(nao, p * nao)
+        vj = vk = None
+        rho = np.zeros(p)
+        for c, sign in factors:
+            if c.shape[1] == 0 or not with_k:
+                continue
+            n = c.shape[1]
+            c = np.asarray(c, dtype=block.dtype)
+            x = np.ascontiguousarray(c.T) @ flat              # X[i, (P, ν)] = Σ_μ C_μi B_P,μν: one GEMM
+            z = x.reshape(n * p, nao)                         # (measured: a contiguous Cᵀ is 2x faster)
+            k_part = (z.T @ z).astype(np.float64)             # Σ_(i,P) Xᵀ X: NumPy calls BLAS syrk here
+            vk = sign * k_part if vk is None else vk + sign * k_part
+            if with_j:                                        # ρ_P = Σ_i Σ_ν X[i, P, ν] C_νi, nearly free
+                rho += sign * np.einsum("ipn,ni->p", x.reshape(n, p, nao), c, dtype=np.float64)
+        if with_j:
+            if not with_k:                                    # no X to reuse: one pass over the block
+                rho = np.einsum("mpn,mn->p", block, np.asarray(dm, dtype=block.dtype), dtype=np.float64)
+            vj = np.matmul(rho.astype(block.dtype), block).astype(np.float64)   # Σ_P ρ_P B_P
+        if with_k and vk is None:
+            vk = np.zeros((nao, nao))
+        return vj, vk
 
     def contract_aux(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """T block = xᵀ y over the aux index: x (naux, m), y (naux, n) → (m, n).

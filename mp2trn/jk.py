@@ -1,0 +1,218 @@
+"""The SCF's Coulomb (J) and exchange (K) builds on an mp2trn device, inside PySCF's own SCF driver.
+
+PySCF keeps the molecule, the density-fitted 3-index tensor (its Cholesky-decomposed ``_cderi``, in
+memory or in its HDF5 file) and the SCF driver (DIIS, level shift, convergence tests); this module
+replaces the density-fitting object's ``get_jk`` so that every J/K build runs on a device:
+
+    K_μν = Σ_P Σ_i (B_P C)_μi (B_P C)_νi        C: occupied orbitals scaled by √occ (from the dm's tag),
+    J_μν = Σ_P ρ_P B_P,μν,  ρ_P = Σ_μν B_P,μν D_μν     or the eigen-factors of a bare density matrix
+
+The tensor goes to the device once per SCF (blocked over the auxiliary index, kept there when it fits
+the memory budget, else streamed from PySCF's tensor at every build). Mixed precision
+(:class:`PrecisionSchedule`): builds start in the reduced precision and switch to fp64 when the energy
+change per cycle falls below a threshold; the SCF is never declared converged before the switch, so the
+converged energy is that of fp64 builds. Every build's precision and time are recorded.
+
+    mf = scf.RHF(mol).density_fit()
+    mp2trn.density_fit_jk(mf, device="cpu", precision="fp32").run()
+    mf.with_df.jk_record()      # cycles, precision per build, seconds per build
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pyscf import df
+
+from .devices import Device, get_device
+from .errors import InputError
+from .memory import budget_mb
+from .precision import Precision, get_precision
+
+#: share of the memory budget the device-side tensor may use before builds stream it
+_RESIDENT_SHARE = 0.5
+#: eigenvalues of a bare density matrix below this (relative to the largest) are dropped
+_EIG_CUTOFF = 1e-12
+
+
+@dataclass
+class PrecisionSchedule:
+    """The precision of each J/K build: ``start`` until |ΔE| per cycle < ``switch_rel``·|E|, then fp64.
+
+    The default threshold follows the lowest rung of the adaptive-precision scheme of Huang, Shao and
+    Hammond (arXiv 2601.08077: raise the precision as |ΔE/E| falls below 2e-6); with fp32 as the only
+    reduced level, one switch suffices. After ``max_reduced`` reduced cycles the switch happens anyway
+    (an fp32 SCF whose energy noise exceeds the threshold must still finish in fp64).
+    """
+
+    start: Precision
+    final: Precision = field(default_factory=lambda: get_precision("fp64"))
+    switch_rel: float = 2e-6
+    max_reduced: int = 30
+    current: Precision | None = None
+
+    def __post_init__(self) -> None:
+        self.current = self.start
+
+    @property
+    def reduced(self) -> bool:
+        return self.current.name != self.final.name
+
+    def update(self, e_tot: float, e_last: float, reduced_cycles: int) -> None:
+        """After a cycle: switch to the final precision once the energy change is small enough."""
+        if self.reduced and (abs(e_tot - e_last) < self.switch_rel * abs(e_tot) or reduced_cycles >= self.max_reduced):
+            self.current = self.final
+
+
+class DeviceJK(df.DF):
+    """PySCF's density-fitting object with ``get_jk`` running on an mp2trn device.
+
+    Made from an existing (built) ``df.DF`` by :func:`density_fit_jk`; everything else — the 3-index
+    tensor, ``loop``, the auxiliary basis — is PySCF's.
+    """
+
+    def setup(self, device: Device, schedule: PrecisionSchedule, max_memory: float, owned: bool) -> None:
+        self.device = device
+        self.schedule = schedule
+        self.budget = max_memory
+        self.owns_device = owned
+        self._blocks: list | None = None
+        self._blocks_dtype = None
+        self.builds: list[dict[str, Any]] = []
+        self.cycles: list[str] = []
+        self.streamed = False
+
+    # -- the tensor on the device ------------------------------------------------------------------
+    def _tensor_blocks(self, dtype: np.dtype):
+        """Device blocks of the tensor in ``dtype``: cached when they fit the budget, else streamed."""
+        if self._blocks is not None and self._blocks_dtype == dtype:
+            return self._blocks
+        self._blocks = None  # a precision switch frees the old copy first
+        nao = self.mol.nao_nr()
+        naux = self.get_naoaux()
+        nbytes = naux * nao * nao * dtype.itemsize
+        resident = nbytes <= _RESIDENT_SHARE * self.budget * 1e6
+        # a block: the unpacked (p, nao, nao) fp64 temporary plus the device copy and X (≤ nao columns)
+        per_aux = nao * nao * (8 + 2 * dtype.itemsize)
+        blksize = int(max(1, min(naux, 256, (0.2 * self.budget * 1e6) // per_aux)))
+        blocks = (self.device.jk_tensor(b, nao, dtype) for b in self.loop(blksize))
+        self.streamed = not resident
+        if not resident:
+            return blocks
+        self._blocks, self._blocks_dtype = list(blocks), dtype
+        return self._blocks
+
+    def release(self) -> None:
+        """Free the device copy of the tensor (after the SCF) and the device when it is ours."""
+        self._blocks = None
+        if self.owns_device:
+            self.device.close()
+
+    # -- PySCF's interface -----------------------------------------------------------------------------
+    def get_jk(self, dm, hermi=1, with_j=True, with_k=True, direct_scf_tol=None, omega=None):
+        if omega is not None or hermi != 1:
+            raise InputError("mp2trn's device J/K builds handle Hermitian densities without range separation; "
+                             "use the PySCF J/K (--scf-jk pyscf) for this calculation")
+        t0 = time.perf_counter()
+        mode = self.schedule.current
+        dms = np.asarray(dm).reshape(-1, *np.shape(dm)[-2:])
+        factors = density_factors(dm)
+        nset, nao = dms.shape[0], dms.shape[-1]
+        vj = np.zeros((nset, nao, nao)) if with_j else None
+        vk = np.zeros((nset, nao, nao)) if with_k else None
+        for block in self._tensor_blocks(mode.compute):
+            for k in range(nset):
+                j_part, k_part = self.device.jk_block(block, factors[k], dms[k], with_j, with_k)
+                if with_j:
+                    vj[k] += j_part
+                if with_k:
+                    vk[k] += k_part
+        shape = np.shape(dm)
+        self.builds.append({"precision": mode.name, "seconds": time.perf_counter() - t0})
+        return (None if vj is None else vj.reshape(shape)), (None if vk is None else vk.reshape(shape))
+
+    def check_convergence(self, envs: dict[str, Any]) -> bool:
+        """PySCF's ``check_convergence`` hook: record the cycle, switch precision, and never report
+        convergence while builds are in reduced precision."""
+        self.cycles.append(self.schedule.current.name)
+        reduced_cycles = sum(1 for c in self.cycles if c != self.schedule.final.name)
+        if self.schedule.reduced:
+            self.schedule.update(envs["e_tot"], envs["last_hf_e"], reduced_cycles)
+            return False
+        return abs(envs["e_tot"] - envs["last_hf_e"]) < envs["conv_tol"] and envs["norm_gorb"] < envs["conv_tol_grad"]
+
+    def jk_record(self) -> dict[str, Any]:
+        """What the J/K stage did: device, cycles and the precision of each, seconds per build."""
+        builds = self.builds
+        return {
+            "jk": f"device {self.device.name}",
+            "device": self.device.name,
+            "cycles": len(self.cycles),
+            "precision_per_cycle": list(self.cycles),
+            "jk_builds": len(builds),
+            "jk_seconds": sum(b["seconds"] for b in builds),
+            "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
+            "tensor": "streamed from PySCF's tensor at every build" if self.streamed else "resident on the device",
+        }
+
+
+def density_factors(dm) -> list[list[tuple[np.ndarray, float]]]:
+    """Per density-matrix set, [(C, sign)] with dm = Σ sign·C Cᵀ.
+
+    With PySCF's tag (``mo_coeff``, ``mo_occ`` on the array ``make_rdm1`` returns) C is the occupied
+    orbitals scaled by √occ; a bare density is factored by eigendecomposition (positive and negative
+    parts), which also covers difference densities.
+    """
+    mo_coeff = getattr(dm, "mo_coeff", None)
+    mo_occ = getattr(dm, "mo_occ", None)
+    dms = np.asarray(dm).reshape(-1, *np.shape(dm)[-2:])
+    if mo_coeff is not None and mo_occ is not None:
+        coeffs = np.asarray(mo_coeff).reshape(-1, *np.shape(mo_coeff)[-2:])
+        occs = np.asarray(mo_occ).reshape(-1, np.shape(mo_occ)[-1])
+        if len(coeffs) == len(dms):
+            return [[(c[:, o > 0] * np.sqrt(o[o > 0]), 1.0)] for c, o in zip(coeffs, occs)]
+    out = []
+    for d in dms:
+        w, v = np.linalg.eigh((d + d.T) / 2)
+        cut = _EIG_CUTOFF * max(1.0, float(np.max(np.abs(w))) if w.size else 1.0)
+        pos, neg = w > cut, w < -cut
+        out.append([(v[:, pos] * np.sqrt(w[pos]), 1.0), (v[:, neg] * np.sqrt(-w[neg]), -1.0)])
+    return out
+
+
+def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = None,
+                   max_memory: float | None = None, auxbasis: str | dict | None = None,
+                   **device_options: Any):
+    """Make ``mf``'s J/K builds run on an mp2trn device (PySCF style: returns ``mf``, ready to ``run()``).
+
+    mf: a PySCF RHF/UHF, density-fitted or not (then ``mf.density_fit(auxbasis)`` first).
+    precision: the device's default when None; a reduced precision (fp32) starts the SCF with fp32 builds
+    and switches to fp64 near convergence. max_memory: MB (None: ``mf.max_memory``).
+    After the SCF: ``mf.with_df.jk_record()``; ``mf.with_df.release()`` frees the device copy.
+    """
+    if getattr(mf, "with_df", None) is None:
+        mf = mf.density_fit(auxbasis=auxbasis)
+    owned = not isinstance(device, Device)
+    dev = get_device(device, precision, **device_options)
+    if not dev.has_jk:
+        if owned:
+            dev.close()
+        raise InputError(f"device {dev.name!r} has no J/K stage yet; run the SCF's J/K with PySCF "
+                         "(--scf-jk pyscf) or on --device cpu/cuda")
+    old = mf.with_df
+    if getattr(old, "_cderi", None) is None:
+        old.build()
+    jk = DeviceJK.__new__(DeviceJK)
+    jk.__dict__.update(old.__dict__)
+    jk.setup(dev, PrecisionSchedule(dev.mode), float(max_memory if max_memory is not None else budget_mb(
+        getattr(mf, "max_memory", None))), owned)
+    mf.with_df = jk
+    mf.check_convergence = jk.check_convergence
+    return mf
+
+
+__all__ = ["DeviceJK", "PrecisionSchedule", "density_factors", "density_fit_jk"]
+
