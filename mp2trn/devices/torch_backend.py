@@ -64,6 +64,43 @@ class TorchDevice(Device):
         b = self.torch.linalg.solve_triangular(self._t(l_chol), self._t(v), upper=False)
         return b.cpu().numpy().astype(self.storage_dtype, copy=False)
 
+    # -- SCF J/K: the tensor stays on the GPU for the whole SCF when it fits (mp2trn.jk decides) ----------
+    has_jk = True
+
+    def jk_tensor(self, packed, nao, dtype):
+        from pyscf import lib
+
+        full = lib.unpack_tril(np.asarray(packed, dtype=np.float64))          # (p, nao, nao)
+        block = self.torch.as_tensor(full, device=self.device).to(self._torch_dtype(dtype))
+        return block.permute(1, 0, 2).contiguous()                            # (nao, p, nao)
+
+    def jk_block(self, block, factors, dm, with_j, with_k):
+        torch = self.torch
+        nao, p, _ = block.shape
+        flat = block.reshape(nao, p * nao)
+        rho = torch.zeros(p, dtype=torch.float64, device=self.device)
+        vk = torch.zeros((nao, nao), dtype=torch.float64, device=self.device) if with_k else None
+        for c, sign in factors:
+            if c.shape[1] == 0 or not with_k:
+                continue
+            n = c.shape[1]
+            ct = torch.as_tensor(np.ascontiguousarray(c.T), device=self.device).to(block.dtype)
+            x = ct @ flat                                                      # (n, p·nao)
+            z = x.reshape(n * p, nao)
+            vk += sign * (z.T @ z).to(torch.float64)
+            if with_j:
+                rho += sign * torch.einsum("ipn,in->p", x.reshape(n, p, nao), ct).to(torch.float64)
+        vj = None
+        if with_j:
+            if not with_k:
+                d = torch.as_tensor(np.asarray(dm), device=self.device).to(block.dtype)
+                rho = torch.einsum("mpn,mn->p", block, d).to(torch.float64)
+            vj = torch.matmul(rho.to(block.dtype), block).to(torch.float64).cpu().numpy()
+        return vj, (vk.cpu().numpy() if vk is not None else None)
+
+    def _torch_dtype(self, dtype):
+        return getattr(self.torch, np.dtype(dtype).name)
+
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
         torch = self.torch
         same = b_j is None

@@ -1,0 +1,136 @@
+"""The SCF's J/K builds on the devices against PySCF's density-fitted get_jk, and whole SCFs against
+PySCF's DF-SCF (fp64 builds, and the mixed-precision schedule)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pyscf import scf
+
+import mp2trn
+from mp2trn.devices import get_device
+from mp2trn.errors import InputError
+from mp2trn.jk import density_factors, density_fit_jk
+from mp2trn.molecule import build_mole
+
+from .conftest import molecule_path
+
+GHOST_WATER = "3\nwater with a ghost O\nGh(O) 0 0 0.1173\nH 0 0.7572 -0.4692\nH 0 -0.7572 -0.4692\n"
+#: fp32 builds: |ΔJ|, |ΔK| relative to max |J|, |K| (measured ≤ 2e-7 on these molecules and 1e-5 absolute
+#: on Inosine/cc-pVDZ, scripts/bench_jk.py); the SCF never converges on them (fp64 builds finish it)
+FP32_REL = 2e-6
+
+
+def _devices():
+    out = ["cpu"]
+    try:
+        import torch  # noqa: F401
+
+        out.append("cuda:cpu")  # the torch backend on CPU torch, as tests/test_torch_backend.py
+    except ImportError:
+        pass
+    return out
+
+
+def _device(name, precision):
+    if name == "cuda:cpu":
+        return get_device("cuda", precision, torch_device="cpu")
+    return get_device(name, precision)
+
+
+def _converged(source, basis="cc-pvdz", **kw):
+    mol = build_mole(source, basis=basis, **kw)
+    mf = (scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)).density_fit()
+    mf.conv_tol = 1e-10
+    mf.verbose = 0
+    mf.kernel()
+    return mf
+
+
+def _fresh(ref):
+    """A new, unconverged density-fitted SCF object of the same kind as ``ref``."""
+    return (scf.UHF if isinstance(ref, scf.uhf.UHF) else scf.RHF)(ref.mol).density_fit()
+
+
+@pytest.fixture(scope="module")
+def references():
+    return {"water": _converged(molecule_path("water")), "hydroxyl": _converged(molecule_path("hydroxyl")),
+            "ghost": _converged(GHOST_WATER)}
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("name", ["water", "hydroxyl", "ghost"])
+@pytest.mark.parametrize("tagged", [True, False], ids=["with-orbitals", "bare-dm"])
+def test_j_and_k_match_pyscf(references, device, name, tagged):
+    ref = references[name]
+    dm = ref.make_rdm1()
+    vj0, vk0 = ref.get_jk(ref.mol, dm)
+    mf = density_fit_jk(_fresh(ref), device=_device(device, "fp64"))
+    vj, vk = mf.get_jk(ref.mol, dm if tagged else np.asarray(dm))
+    assert vj.shape == vj0.shape and vk.shape == vk0.shape
+    assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
+    assert np.abs(vk0).max() > 0.1  # a real exchange matrix
+    mf32 = density_fit_jk(_fresh(ref), device=_device(device, "fp32"))
+    vj, vk = mf32.get_jk(ref.mol, dm)
+    assert np.abs(vj - vj0).max() < FP32_REL * np.abs(vj0).max()
+    assert np.abs(vk - vk0).max() < FP32_REL * np.abs(vk0).max()
+    assert np.abs(vk - vk0).max() > 0  # it really ran in fp32
+
+
+def test_difference_density_and_j_or_k_alone(references):
+    ref = references["water"]
+    dm = np.asarray(ref.make_rdm1())
+    ddm = dm - ref.get_init_guess()  # indefinite: positive and negative eigen-factors
+    assert [s for _, s in density_factors(ddm)[0]] == [1.0, -1.0]
+    mf = density_fit_jk(scf.RHF(ref.mol).density_fit())
+    vj0, vk0 = ref.get_jk(ref.mol, ddm)
+    vj, vk = mf.get_jk(ref.mol, ddm)
+    assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
+    assert np.abs(mf.get_jk(ref.mol, dm, with_k=False)[0] - ref.get_jk(ref.mol, dm)[0]).max() < 1e-10
+    assert np.abs(mf.get_jk(ref.mol, dm, with_j=False)[1] - ref.get_jk(ref.mol, dm)[1]).max() < 1e-10
+
+
+def test_tensor_on_disk_and_streamed(references):
+    """PySCF's tensor in its HDF5 file (tiny max_memory), and a budget too small to keep the device copy."""
+    ref = references["hydroxyl"]
+    dm = ref.make_rdm1()
+    vj0, vk0 = ref.get_jk(ref.mol, dm)
+    mf = scf.UHF(ref.mol).density_fit()
+    mf.with_df.max_memory = 0.01
+    mf.with_df.build()
+    assert not isinstance(mf.with_df._cderi, np.ndarray)  # a temporary HDF5 file, not an array
+    mf = density_fit_jk(mf, max_memory=0.05)
+    vj, vk = mf.get_jk(ref.mol, dm)
+    assert mf.with_df.streamed
+    assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
+
+
+@pytest.mark.parametrize("name,precision,tol", [
+    ("water", "fp64", 1e-9), ("hydroxyl", "fp64", 1e-9), ("benzene", "fp64", 1e-9),
+    ("water", "fp32", 1e-8), ("hydroxyl", "fp32", 1e-8), ("benzene", "fp32", 1e-8),
+])
+def test_scf_energy_matches_pyscf_df_scf(name, precision, tol):
+    ref = _converged(molecule_path(name))
+    res = mp2trn.run(molecule_path(name), precision=precision)
+    assert abs(res.e_hf - ref.e_tot) <= tol
+    record = res.scf
+    assert record["jk"] == "device cpu" and record["cycles"] == len(record["precision_per_cycle"]) > 3
+    if precision == "fp32":  # early cycles reduced, the last ones fp64
+        assert record["precision_per_cycle"][0] == "fp32" and record["precision_per_cycle"][-1] == "fp64"
+    else:
+        assert set(record["precision_per_cycle"]) == {"fp64"}
+
+
+def test_scf_jk_choice_is_recorded_and_checked():
+    res = mp2trn.run(molecule_path("water"), scf_jk="pyscf")
+    assert res.scf["jk"].startswith("pyscf") and res.to_qcschema()["extras"]["mp2trn"]["scf"]["cycles"] > 3
+    with pytest.raises(InputError, match="--scf-jk"):
+        mp2trn.RunOptions(scf_jk="gpu")
+
+
+def test_interaction_energy_with_device_jk_matches_pyscf_jk():
+    xyz = molecule_path("s22/02_water_dimer")
+    dev = mp2trn.interaction_energy(xyz, conv_tol=1e-10)
+    host = mp2trn.interaction_energy(xyz, conv_tol=1e-10, scf_jk="pyscf")
+    assert all(c.result.scf["jk"] == "device cpu" for c in dev.calculations)  # ghosts included
+    assert abs(dev.delta["scf"] - host.delta["scf"]) < 1e-9
