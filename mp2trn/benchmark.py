@@ -30,6 +30,11 @@ CASES: dict[str, tuple[Path, str]] = {
     "vitaminc-tz": (ORGANIC / "020_Vitamin_C.xyz", "cc-pvtz"),
 }
 QUICK = ["water-tz", "benzene-tz", "vitaminc-dz"]
+#: whole runs (SCF + MP2): name → (xyz path, basis)
+END_TO_END: dict[str, tuple[Path, str]] = {
+    "inosine-dz": (ORGANIC / "031_Inosine.xyz", "cc-pvdz"),
+    "vitaminc-tz": (ORGANIC / "020_Vitamin_C.xyz", "cc-pvtz"),
+}
 
 
 def mp2_flops(nao: int, naux: int, nocc: int, nvir: int) -> float:
@@ -105,4 +110,69 @@ def rows_markdown(rows: list[BenchRow]) -> str:
     for r in rows:
         lines.append(f"| {r.case} | {r.basis} | {r.nao}/{r.naux}/{r.nocc}/{r.nvir} | {r.code} | {r.seconds:.2f} | "
                      f"{r.gflops:.3g} | {r.speedup:.2f}× | {r.delta_uEh:.1e} |")
+    return "\n".join(lines)
+
+
+@dataclass
+class WholeRunRow:
+    case: str
+    code: str  # "pyscf" or "mp2trn <device> <precision>"
+    seconds: float  # the whole run: molecule → SCF → DF-MP2
+    scf_seconds: float
+    mp2_seconds: float
+    scf_cycles: int
+    scf_precisions: str  # e.g. "fp32 ×9 → fp64 ×4"
+    speedup: float  # PySCF whole-run time / this time
+    delta_scf_uEh: float  # |E_SCF − PySCF| in µEh
+    delta_mp2_uEh: float  # |E_MP2 total − PySCF| in µEh
+
+
+def end_to_end_case(name: str, precisions: list[str], device: str = "cpu", conv_tol: float = 1e-10) -> list[WholeRunRow]:
+    """PySCF (density-fitted RHF + DFMP2, the same bases) and mp2trn.run per precision, whole runs."""
+    from pyscf import df, scf
+    from pyscf.mp import dfmp2
+
+    from .molecule import build_mole
+    from .pipeline import run
+
+    path, basis = END_TO_END[name]
+    budget = default_memory_mb()
+    t0 = time.perf_counter()
+    mol = build_mole(path, basis=basis)
+    mf = scf.RHF(mol).density_fit()
+    mf.conv_tol, mf.verbose, mf.max_memory = conv_tol, 0, budget
+    mf.kernel()
+    t_scf = time.perf_counter() - t0
+    pt = dfmp2.DFMP2(mf)
+    pt.with_df = df.DF(mol, auxbasis=df.make_auxbasis(mol, mp2fit=True))
+    pt.verbose, pt.max_memory = 0, budget
+    pt.kernel(with_t2=False)
+    t_ref = time.perf_counter() - t0
+    e_ref_scf, e_ref = float(mf.e_tot), float(mf.e_tot + pt.e_corr)
+    rows = [WholeRunRow(name, "pyscf", t_ref, t_scf, t_ref - t_scf, int(mf.cycles), "fp64", 1.0, 0.0, 0.0)]
+    for precision in precisions:
+        t0 = time.perf_counter()
+        res = run(path, basis=basis, device=device, precision=precision, conv_tol=conv_tol, max_memory=budget)
+        t = time.perf_counter() - t0
+        rec = res.scf or {}
+        steps: list[list] = []
+        for p in rec.get("precision_per_cycle", []):
+            if steps and steps[-1][0] == p:
+                steps[-1][1] += 1
+            else:
+                steps.append([p, 1])
+        rows.append(WholeRunRow(name, f"mp2trn {res.what_ran['device']} {precision}", t, res.timings["scf"],
+                                res.timings["mp2"], int(rec.get("cycles", 0)),
+                                " → ".join(f"{p} ×{k}" for p, k in steps), t_ref / t,
+                                abs(res.e_hf - e_ref_scf) * 1e6, abs(res.e_tot - e_ref) * 1e6))
+    return rows
+
+
+def whole_run_markdown(rows: list[WholeRunRow]) -> str:
+    lines = ["| case | code | whole run (s) | SCF (s) | MP2 (s) | SCF cycles (precision) | speed-up vs PySCF | "
+             "abs. diff E_SCF (µEh) | abs. diff E_MP2 (µEh) |", "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.case} | {r.code} | {r.seconds:.1f} | {r.scf_seconds:.1f} | {r.mp2_seconds:.1f} | "
+                     f"{r.scf_cycles} ({r.scf_precisions}) | {r.speedup:.2f}× | {r.delta_scf_uEh:.1e} | "
+                     f"{r.delta_mp2_uEh:.1e} |")
     return "\n".join(lines)

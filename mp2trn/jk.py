@@ -76,6 +76,7 @@ class DeviceJK(df.DF):
 
     def setup(self, device: Device, schedule: PrecisionSchedule, max_memory: float, owned: bool) -> None:
         self.device = device
+        self.host = None  # a CPU device for builds in a precision the device has no J/K kernels for
         self.schedule = schedule
         self.budget = max_memory
         self.owns_device = owned
@@ -86,9 +87,20 @@ class DeviceJK(df.DF):
         self.streamed = False
 
     # -- the tensor on the device ------------------------------------------------------------------
-    def _tensor_blocks(self, dtype: np.dtype):
+    def _runs_on(self, mode: Precision) -> Device:
+        """The device of a build in ``mode``: ours when its J/K kernels run that precision, else the host CPU."""
+        if mode.name in (self.device.jk_precisions or self.device.supported_precisions):
+            return self.device
+        if self.host is None:
+            self.host = get_device("cpu", mode.name)
+        return self.host
+
+    def _label(self, mode: Precision) -> str:
+        return mode.name if self._runs_on(mode) is self.device else f"{mode.name} (host cpu)"
+
+    def _tensor_blocks(self, dtype: np.dtype, device: Device):
         """Device blocks of the tensor in ``dtype``: cached when they fit the budget, else streamed."""
-        if self._blocks is not None and self._blocks_dtype == dtype:
+        if self._blocks is not None and self._blocks_dtype == (dtype, device.name):
             return self._blocks
         self._blocks = None  # a precision switch frees the old copy first
         nao = self.mol.nao_nr()
@@ -98,11 +110,11 @@ class DeviceJK(df.DF):
         # a block: the unpacked (p, nao, nao) fp64 temporary plus the device copy and X (≤ nao columns)
         per_aux = nao * nao * (8 + 2 * dtype.itemsize)
         blksize = int(max(1, min(naux, 256, (0.2 * self.budget * 1e6) // per_aux)))
-        blocks = (self.device.jk_tensor(b, nao, dtype) for b in self.loop(blksize))
+        blocks = (device.jk_tensor(b, nao, dtype) for b in self.loop(blksize))
         self.streamed = not resident
         if not resident:
             return blocks
-        self._blocks, self._blocks_dtype = list(blocks), dtype
+        self._blocks, self._blocks_dtype = list(blocks), (dtype, device.name)
         return self._blocks
 
     def release(self) -> None:
@@ -110,6 +122,8 @@ class DeviceJK(df.DF):
         self._blocks = None
         if self.owns_device:
             self.device.close()
+        if self.host is not None:
+            self.host.close()
 
     # -- PySCF's interface -----------------------------------------------------------------------------
     def get_jk(self, dm, hermi=1, with_j=True, with_k=True, direct_scf_tol=None, omega=None):
@@ -118,27 +132,28 @@ class DeviceJK(df.DF):
                              "use the PySCF J/K (--scf-jk pyscf) for this calculation")
         t0 = time.perf_counter()
         mode = self.schedule.current
+        device = self._runs_on(mode)
         dms = np.asarray(dm).reshape(-1, *np.shape(dm)[-2:])
         factors = density_factors(dm)
         nset, nao = dms.shape[0], dms.shape[-1]
         vj = np.zeros((nset, nao, nao)) if with_j else None
         vk = np.zeros((nset, nao, nao)) if with_k else None
-        for block in self._tensor_blocks(mode.compute):
+        for block in self._tensor_blocks(mode.compute, device):
             for k in range(nset):
-                j_part, k_part = self.device.jk_block(block, factors[k], dms[k], with_j, with_k)
+                j_part, k_part = device.jk_block(block, factors[k], dms[k], with_j, with_k)
                 if with_j:
                     vj[k] += j_part
                 if with_k:
                     vk[k] += k_part
         shape = np.shape(dm)
-        self.builds.append({"precision": mode.name, "seconds": time.perf_counter() - t0})
+        self.builds.append({"precision": self._label(mode), "seconds": time.perf_counter() - t0})
         return (None if vj is None else vj.reshape(shape)), (None if vk is None else vk.reshape(shape))
 
     def check_convergence(self, envs: dict[str, Any]) -> bool:
         """PySCF's ``check_convergence`` hook: record the cycle, switch precision, and never report
         convergence while builds are in reduced precision."""
-        self.cycles.append(self.schedule.current.name)
-        reduced_cycles = sum(1 for c in self.cycles if c != self.schedule.final.name)
+        self.cycles.append(self._label(self.schedule.current))
+        reduced_cycles = sum(1 for c in self.cycles if not c.startswith(self.schedule.final.name))
         if self.schedule.reduced:
             self.schedule.update(envs["e_tot"], envs["last_hf_e"], reduced_cycles)
             return False
@@ -153,6 +168,7 @@ class DeviceJK(df.DF):
             "cycles": len(self.cycles),
             "precision_per_cycle": list(self.cycles),
             "jk_builds": len(builds),
+            "build_precisions": [b["precision"] for b in builds],
             "jk_seconds": sum(b["seconds"] for b in builds),
             "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
             "tensor": "streamed from PySCF's tensor at every build" if self.streamed else "resident on the device",
@@ -207,7 +223,9 @@ def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = Non
         old.build()
     jk = DeviceJK.__new__(DeviceJK)
     jk.__dict__.update(old.__dict__)
-    jk.setup(dev, PrecisionSchedule(dev.mode), float(max_memory if max_memory is not None else budget_mb(
+    start = dev.mode if dev.mode.name in (dev.jk_precisions or dev.supported_precisions) else \
+        get_precision(dev.jk_precisions[0])
+    jk.setup(dev, PrecisionSchedule(start), float(max_memory if max_memory is not None else budget_mb(
         getattr(mf, "max_memory", None))), owned)
     mf.with_df = jk
     mf.check_convergence = jk.check_convergence

@@ -29,6 +29,7 @@ from .df import make_auxmol
 from .memory import budget_mb, check_budget_before_scf
 from .molecule import build_mole
 from .options import RunOptions
+from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
 from .progress import Progress
@@ -97,7 +98,10 @@ def compute(
                           keep_pair_energies)
     timings = {"scf": t_scf, **result.timings}
     timings["total"] = t_scf + result.timings["mp2"]
-    return replace(result, timings=timings, scf=scf_record(mf, t_scf)), mf
+    record = scf_record(mf, t_scf)
+    if result.cost:
+        add_run_summary(result.cost, record, timings)
+    return replace(result, timings=timings, scf=record), mf
 
 
 def run(

@@ -111,13 +111,16 @@ class Device(ABC):
     # -- the SCF's Coulomb and exchange builds (mp2trn.jk owns blocking, caching and the fp64 sums) ------
     #: True when the device implements the J/K stage below
     has_jk: bool = False
+    #: precisions its J/K builds run in (None: the supported precisions); a precision outside it (fp64 on
+    #: an NKI device) runs on the host CPU, and the SCF record says so per cycle
+    jk_precisions: tuple[str, ...] | None = None
 
     def jk_tensor(self, packed: np.ndarray, nao: int, dtype: np.dtype) -> Any:
         """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
 
         packed: (p, nao(nao+1)/2) fp64 rows B_P (μ ≥ ν packed, PySCF's ``_cderi`` layout); dtype: the
         arithmetic of the builds that will use it. Returns a device-side handle for :meth:`jk_block`
-        (the CPU keeps it as (nao, p, nao), so one GEMM forms C_occᵀ B_P for every P of the block).
+        (the CPU keeps it unpacked, (p, nao, nao): one batched GEMM forms C_occᵀ B_P for every P).
         """
         raise NotImplementedError(f"device {self.name!r} has no J/K stage")
 

@@ -88,11 +88,10 @@ class CpuDevice(Device):
 
     def jk_tensor(self, packed, nao, dtype):
         full = lib.unpack_tril(np.asarray(packed, dtype=np.float64))          # (p, nao, nao), B_P symmetric
-        return np.ascontiguousarray(full.transpose(1, 0, 2), dtype=dtype)     # (nao, p, nao)
+        return full if np.dtype(dtype) == np.float64 else full.astype(dtype)
 
     def jk_block(self, block, factors, dm, with_j, with_k):
-        nao, p, _ = block.shape
-        flat = block.reshape(nao, p * nao)
+        p, nao, _ = block.shape
         vj = vk = None
         rho = np.zeros(p)
         for c, sign in factors:
@@ -100,16 +99,17 @@ class CpuDevice(Device):
                 continue
             n = c.shape[1]
             c = np.asarray(c, dtype=block.dtype)
-            x = np.ascontiguousarray(c.T) @ flat              # X[i, (P, ν)] = Σ_μ C_μi B_P,μν: one GEMM
-            z = x.reshape(n * p, nao)                         # (measured: a contiguous Cᵀ is 2x faster)
-            k_part = (z.T @ z).astype(np.float64)             # Σ_(i,P) Xᵀ X: NumPy calls BLAS syrk here
+            x = np.matmul(np.ascontiguousarray(c.T), block)  # X[P, i, ν] = Σ_μ C_μi B_P,μν (batched GEMM)
+            z = x.reshape(p * n, nao)
+            k_part = (z.T @ z).astype(np.float64)             # Σ_(P,i) Xᵀ X: NumPy calls BLAS syrk here
             vk = sign * k_part if vk is None else vk + sign * k_part
-            if with_j:                                        # ρ_P = Σ_i Σ_ν X[i, P, ν] C_νi, nearly free
-                rho += sign * np.einsum("ipn,ni->p", x.reshape(n, p, nao), c, dtype=np.float64)
+            if with_j:                                        # ρ_P = Σ_i Σ_ν X[P, i, ν] C_νi, nearly free
+                rho += sign * np.einsum("pin,ni->p", x, c, dtype=np.float64)
         if with_j:
+            flat = block.reshape(p, nao * nao)
             if not with_k:                                    # no X to reuse: one pass over the block
-                rho = np.einsum("mpn,mn->p", block, np.asarray(dm, dtype=block.dtype), dtype=np.float64)
-            vj = np.matmul(rho.astype(block.dtype), block).astype(np.float64)   # Σ_P ρ_P B_P
+                rho = flat @ np.asarray(dm, dtype=block.dtype).ravel()
+            vj = (np.asarray(rho, dtype=block.dtype) @ flat).reshape(nao, nao).astype(np.float64)  # Σ_P ρ_P B_P
         if with_k and vk is None:
             vk = np.zeros((nao, nao))
         return vj, vk

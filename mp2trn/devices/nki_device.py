@@ -187,6 +187,38 @@ class NkiDevice(Device):
     def cost_report(self) -> dict[str, Any] | None:
         return self.launcher.cost_report(self.precision)
 
+    # -- the SCF's J/K builds (fp32 kernels; fp64 builds run on the host, see mp2trn.jk) -------------
+    has_jk = True
+    jk_precisions = ("fp32",)
+
+    def jk_tensor(self, packed, nao, dtype):
+        from pyscf import lib
+
+        return lib.unpack_tril(np.asarray(packed, dtype=np.float64)).astype(F32)     # (p, nao, nao)
+
+    def jk_block(self, block, factors, dm, with_j, with_k):
+        from ..kernels.batched_gemm import batched_gemm
+        from ..kernels.coulomb import coulomb
+        from ..kernels.syrk import lower_to_full, syrk
+
+        p, nao, _ = block.shape
+        vj = vk = None
+        if with_k:
+            vk = np.zeros((nao, nao))
+            eye = np.eye(nao, dtype=F32)      # C_vir = 1: batched_gemm's second half is TensorE's transpose
+            for c, sign in factors:
+                for i0 in range(0, c.shape[1], MAX_BLOCK):
+                    co = np.ascontiguousarray(c[:, i0:i0 + MAX_BLOCK], dtype=F32)
+                    n = co.shape[1]
+                    kw = {"group": self.plan.ao_group(nao, n, nao)}
+                    z = self.launcher.launch("scf_jk", batched_gemm, (block, co, eye), kw)   # (p·n, nao)
+                    vk += sign * lower_to_full(self.launcher.launch("scf_jk", syrk, (z,), {}))
+        if with_j:
+            flat = block.reshape(p, nao * nao)
+            _, j = self.launcher.launch("scf_jk", coulomb, (flat, np.asarray(dm, dtype=F32).reshape(1, -1)), {})
+            vj = np.asarray(j, dtype=np.float64).reshape(nao, nao)
+        return vj, vk
+
     # -- stage 1: (P|μν) -> (P|ia) ------------------------------------------------------------------
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
         mode = self.mode

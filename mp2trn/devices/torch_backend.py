@@ -71,13 +71,11 @@ class TorchDevice(Device):
         from pyscf import lib
 
         full = lib.unpack_tril(np.asarray(packed, dtype=np.float64))          # (p, nao, nao)
-        block = self.torch.as_tensor(full, device=self.device).to(self._torch_dtype(dtype))
-        return block.permute(1, 0, 2).contiguous()                            # (nao, p, nao)
+        return self.torch.as_tensor(full, device=self.device).to(self._torch_dtype(dtype))
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         torch = self.torch
-        nao, p, _ = block.shape
-        flat = block.reshape(nao, p * nao)
+        p, nao, _ = block.shape
         rho = torch.zeros(p, dtype=torch.float64, device=self.device)
         vk = torch.zeros((nao, nao), dtype=torch.float64, device=self.device) if with_k else None
         for c, sign in factors:
@@ -85,17 +83,18 @@ class TorchDevice(Device):
                 continue
             n = c.shape[1]
             ct = torch.as_tensor(np.ascontiguousarray(c.T), device=self.device).to(block.dtype)
-            x = ct @ flat                                                      # (n, p·nao)
-            z = x.reshape(n * p, nao)
+            x = torch.matmul(ct, block)                                        # (p, n, nao)
+            z = x.reshape(p * n, nao)
             vk += sign * (z.T @ z).to(torch.float64)
             if with_j:
-                rho += sign * torch.einsum("ipn,in->p", x.reshape(n, p, nao), ct).to(torch.float64)
+                rho += sign * torch.einsum("pin,in->p", x, ct).to(torch.float64)
         vj = None
         if with_j:
+            flat = block.reshape(p, nao * nao)
             if not with_k:
                 d = torch.as_tensor(np.asarray(dm), device=self.device).to(block.dtype)
-                rho = torch.einsum("mpn,mn->p", block, d).to(torch.float64)
-            vj = torch.matmul(rho.to(block.dtype), block).to(torch.float64).cpu().numpy()
+                rho = (flat @ d.reshape(-1)).to(torch.float64)
+            vj = (rho.to(block.dtype) @ flat).reshape(nao, nao).to(torch.float64).cpu().numpy()
         return vj, (vk.cpu().numpy() if vk is not None else None)
 
     def _torch_dtype(self, dtype):
