@@ -134,3 +134,32 @@ def test_interaction_energy_with_device_jk_matches_pyscf_jk():
     host = mp2trn.interaction_energy(xyz, conv_tol=1e-10, scf_jk="pyscf")
     assert all(c.result.scf["jk"] == "device cpu" for c in dev.calculations)  # ghosts included
     assert abs(dev.delta["scf"] - host.delta["scf"]) < 1e-9
+
+
+@pytest.mark.parametrize("name", ["water", "hydroxyl", "ghost"])
+def test_sim_device_j_and_k_in_fp32(references, name):
+    """The NKI kernels (batched_gemm → syrk for K, coulomb for J) in the emulator, against PySCF."""
+    ref = references[name]
+    dm = ref.make_rdm1()
+    vj0, vk0 = ref.get_jk(ref.mol, dm)
+    mf = density_fit_jk(_fresh(ref), device="sim")
+    vj, vk = mf.get_jk(ref.mol, dm)
+    assert np.abs(vj - vj0).max() < FP32_REL * np.abs(vj0).max()
+    assert np.abs(vk - vk0).max() < FP32_REL * np.abs(vk0).max()
+    launches = mf.with_df.device.launcher.launches["scf_jk"]
+    nset = 2 if name == "hydroxyl" else 1
+    assert launches == 3 * nset  # one tensor block: batched_gemm + syrk per density set, coulomb per set
+
+
+@pytest.mark.parametrize("name", ["water", "hydroxyl", "benzene"])
+def test_sim_scf_device_cycles_then_host_fp64(name):
+    ref = _converged(molecule_path(name))
+    res = mp2trn.run(molecule_path(name), device="sim")
+    assert abs(res.e_hf - ref.e_tot) <= 1e-8
+    cycles = res.scf["precision_per_cycle"]
+    assert cycles[0] == "fp32" and cycles[-1] == "fp64 (host cpu)"
+    stage = res.cost["stages"]["scf_jk"]
+    assert stage["launches"] > 0 and stage["device_builds"] == res.scf["build_precisions"].count("fp32")
+    assert stage["modeled_time_per_build_s"]["trn1"] > 0
+    whole = res.cost["whole_run"]
+    assert whole["modeled_total_s"]["trn1"] > whole["modeled_device_s"]["trn1"] and "host" in whole["host_parts"]
