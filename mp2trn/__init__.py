@@ -27,6 +27,7 @@ from .errors import (  # noqa: E402
     ResourceError,
 )
 from .interaction import interaction_energy  # noqa: E402
+from .jk import density_fit_jk  # noqa: E402
 from .options import RunOptions  # noqa: E402
 from .pipeline import run  # noqa: E402
 from .result import MP2Result  # noqa: E402
@@ -36,6 +37,7 @@ __all__ = [
     "RunOptions",
     "run",
     "interaction_energy",
+    "density_fit_jk",
     "MP2Result",
     "Mp2trnError",
     "InputError",

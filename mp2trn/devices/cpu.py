@@ -99,12 +99,20 @@ class CpuDevice(Device):
                 continue
             n = c.shape[1]
             c = np.asarray(c, dtype=block.dtype)
-            x = np.matmul(np.ascontiguousarray(c.T), block)  # X[P, i, ν] = Σ_μ C_μi B_P,μν (batched GEMM)
-            z = x.reshape(p * n, nao)
-            k_part = (z.T @ z).astype(np.float64)             # Σ_(P,i) Xᵀ X: NumPy calls BLAS syrk here
+            if block.dtype == np.float64:
+                # X[P, μ, i] = Σ_ν B_P,μν C_νi as ONE tall GEMM, then Y[μ, (P, i)] (a copy of nao·p·n,
+                # small next to B) so that K = Y Yᵀ is one syrk (measured: 10-15 % faster than below in fp64)
+                x = (block.reshape(p * nao, nao) @ c).reshape(p, nao, n)
+                y = np.ascontiguousarray(x.transpose(1, 0, 2)).reshape(nao, p * n)
+                k_part = (y @ y.T).astype(np.float64)         # NumPy calls syrk for a @ a.T
+                rho_part = np.einsum("pmi,mi->p", x, c, dtype=np.float64) if with_j else 0.0
+            else:
+                # fp32: p GEMMs Cᵀ B_P (batched) give Z[(P, i), ν] directly (measured: 15 % faster here)
+                z = np.matmul(np.ascontiguousarray(c.T), block)
+                k_part = (z.reshape(p * n, nao).T @ z.reshape(p * n, nao)).astype(np.float64)
+                rho_part = np.einsum("pin,ni->p", z, c, dtype=np.float64) if with_j else 0.0
             vk = sign * k_part if vk is None else vk + sign * k_part
-            if with_j:                                        # ρ_P = Σ_i Σ_ν X[P, i, ν] C_νi, nearly free
-                rho += sign * np.einsum("pin,ni->p", x, c, dtype=np.float64)
+            rho += sign * rho_part                            # ρ_P = Σ_μν B_P,μν D_μν from X, nearly free
         if with_j:
             flat = block.reshape(p, nao * nao)
             if not with_k:                                    # no X to reuse: one pass over the block
