@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.table import Table
 
 from .dfmp2 import DFMP2
+from .jk import precision_runs
 from .memory import default_memory_mb
 from .options import RunOptions
 from .pipeline import open_device, scf_stage
@@ -155,15 +156,9 @@ def end_to_end_case(name: str, precisions: list[str], device: str = "cpu", conv_
         res = run(path, basis=basis, device=device, precision=precision, conv_tol=conv_tol, max_memory=budget)
         t = time.perf_counter() - t0
         rec = res.scf or {}
-        steps: list[list] = []
-        for p in rec.get("precision_per_cycle", []):
-            if steps and steps[-1][0] == p:
-                steps[-1][1] += 1
-            else:
-                steps.append([p, 1])
         rows.append(WholeRunRow(name, f"mp2trn {res.what_ran['device']} {precision}", t, res.timings["scf"],
                                 res.timings["mp2"], int(rec.get("cycles", 0)),
-                                " → ".join(f"{p} ×{k}" for p, k in steps), t_ref / t,
+                                precision_runs(rec.get("precision_per_cycle", [])), t_ref / t,
                                 abs(res.e_hf - e_ref_scf) * 1e6, abs(res.e_tot - e_ref) * 1e6))
     return rows
 

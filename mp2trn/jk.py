@@ -175,6 +175,17 @@ class DeviceJK(df.DF):
         }
 
 
+def precision_runs(cycles: list[str]) -> str:
+    """'fp32 ×6 → fp64 ×12': the precision of consecutive cycles, run-length encoded."""
+    runs: list[list] = []
+    for name in cycles:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return " → ".join(f"{name} ×{count}" for name, count in runs)
+
+
 def density_factors(dm) -> list[list[tuple[np.ndarray, float]]]:
     """Per density-matrix set, [(C, sign)] with dm = Σ sign·C Cᵀ.
 
@@ -232,5 +243,5 @@ def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = Non
     return mf
 
 
-__all__ = ["DeviceJK", "PrecisionSchedule", "density_factors", "density_fit_jk"]
+__all__ = ["DeviceJK", "PrecisionSchedule", "density_factors", "density_fit_jk", "precision_runs"]
 

@@ -52,8 +52,8 @@ def main() -> None:
     flops = 4.0 * naux * nao * nao * nocc
     (vj0, vk0), t_ref = best(lambda: ref.get_jk(mol, dm), args.repeat)
     print(f"{Path(args.xyz).stem}/{args.basis}: nao {nao}, naux {naux}, nocc {nocc}; {machine_description()}")
-    print(f"| code | s per J/K build | GFLOP/s (K) | speed-up vs PySCF | max abs dJ | max abs dK |")
-    print(f"|---|---:|---:|---:|---:|---:|")
+    print("| code | s per J/K build | GFLOP/s (K) | speed-up vs PySCF | max abs dJ | max abs dK |")
+    print("|---|---:|---:|---:|---:|---:|")
     print(f"| PySCF get_jk (fp64) | {t_ref:.3f} | {flops / t_ref / 1e9:.0f} | 1.00 | 0 | 0 |")
     for precision in args.precision:
         mf = density_fit_jk(scf.RHF(mol).density_fit(), device=args.device, precision=precision,

@@ -6,6 +6,7 @@ import functools
 from pathlib import Path
 
 import pytest
+from pyscf import gto
 
 ROOT = Path(__file__).resolve().parents[1]
 MOLECULES = ROOT / "molecules"

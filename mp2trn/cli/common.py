@@ -20,6 +20,7 @@ from rich.markup import escape  # error text may contain [brackets], e.g. "mp2tr
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import Mp2trnError
+from ..files import write_json_atomic
 from ..options import RunOptions
 
 app = typer.Typer(
@@ -82,6 +83,16 @@ def options_from_flags(flags: dict[str, Any]) -> RunOptions:
         if field in _RUN_FIELDS and value is not None:
             fields[field] = value.value if isinstance(value, Enum) else value
     return RunOptions(**fields)
+
+
+def finish(json_path: Path | None, document: dict[str, Any], quiet: bool, show) -> None:
+    """Write the JSON document (atomically) when asked, then ``show()`` the tables unless quiet."""
+    if json_path is not None:
+        write_json_atomic(json_path, document)
+    if not quiet:
+        show()
+        if json_path is not None:
+            console.print(f"JSON written to {json_path}")
 
 
 def cli_errors(func):

@@ -8,12 +8,12 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..files import check_output_path, write_json_atomic
+from ..files import check_output_path
 from ..interaction import DELTA_KEYS, DELTA_LABELS, interaction_energy
 from ..options import DEFAULTS
 from ..result import HARTREE_TO_KCAL
 from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
-                     TargetFlag, Unit, UnitFlag, app, cli_errors, console, err_console, options_from_flags,
+                     TargetFlag, Unit, UnitFlag, app, cli_errors, err_console, finish, options_from_flags,
                      wide_console)
 
 
@@ -59,12 +59,7 @@ def interaction(
 
     ie = interaction_energy(xyz, split=split, charges=charges, multiplicities=multiplicities,
                             counterpoise=counterpoise, options=options, progress=progress)
-    if json_path is not None:
-        write_json_atomic(json_path, ie.to_json())
-    if not quiet:
-        print_interaction(ie, title=str(xyz))
-        if json_path is not None:
-            console.print(f"JSON written to {json_path}")
+    finish(json_path, ie.to_json(), quiet, lambda: print_interaction(ie, title=str(xyz)))
 
 
 def print_interaction(ie, title: str) -> None:

@@ -8,13 +8,14 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from ..files import check_output_path, write_json_atomic
+from ..files import check_output_path
+from ..jk import precision_runs
 from ..options import DEFAULTS
 from ..pipeline import compute, open_device
 from ..result import HARTREE_TO_KCAL, MP2Result
 from .common import (AuxBasis, Basis, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
                      Multiplicity, PrecisionFlag, Quiet, ScfDf, ScfJk, StageProgress, TargetFlag, Unit, UnitFlag, app,
-                     cli_errors, console, options_from_flags)
+                     cli_errors, console, finish, options_from_flags)
 
 
 @app.command()
@@ -44,12 +45,7 @@ def run(
     options = options_from_flags(locals())
     with open_device(options) as dev, StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
         result, _ = compute(xyz, options, dev, progress)
-    if json_path is not None:
-        write_json_atomic(json_path, result.to_qcschema())
-    if not quiet:
-        print_result(result, title=str(xyz))
-        if json_path is not None:
-            console.print(f"JSON written to {json_path}")
+    finish(json_path, result.to_qcschema(), quiet, lambda: print_result(result, title=str(xyz)))
 
 
 def energy_table(result: MP2Result, title: str) -> Table:
@@ -97,13 +93,8 @@ def what_ran_table(result: MP2Result) -> Table:
 
 def scf_summary(scf: dict) -> str:
     """'device cpu: fp32 ×4 → fp64 ×6, 10 cycles, 0.05 s per J/K build' (runs of equal precision)."""
-    runs: list[list] = []
-    for name in scf.get("precision_per_cycle", []):
-        if runs and runs[-1][0] == name:
-            runs[-1][1] += 1
-        else:
-            runs.append([name, 1])
-    text = scf["jk"] + (": " + " → ".join(f"{n} ×{k}" for n, k in runs) if runs else "")
+    runs = precision_runs(scf.get("precision_per_cycle", []))
+    text = scf["jk"] + (": " + runs if runs else "")
     text += f", {scf['cycles']} cycles"
     if scf.get("jk_seconds_per_build"):
         text += f", {scf['jk_seconds_per_build']:.3g} s per J/K build"
