@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from pyscf import df, gto
 
-from .errors import InputError
+from .errors import InputError, NumericalError
 
 
 @contextlib.contextmanager
@@ -106,9 +106,12 @@ def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
     try:
         l_chol = np.linalg.cholesky(metric)  # lower; NumPy's BLAS, whose threads the later GEMMs reuse
     except np.linalg.LinAlgError:
-        raise InputError(
-            f"the Coulomb metric of aux basis {describe_basis(aux)!r} is not positive definite "
-            "(linearly dependent auxiliary functions, e.g. atoms too close); choose another --auxbasis"
+        w = np.linalg.eigvalsh(metric)
+        raise NumericalError(
+            f"the Coulomb metric of aux basis {describe_basis(aux)!r} is not positive definite (smallest "
+            f"eigenvalue {w[0]:.2e}, condition estimate {abs(w[-1] / w[0]) if w[0] else float('inf'):.1e}): "
+            "linearly dependent auxiliary functions (atoms very close, or a very diffuse fitting basis); "
+            "choose another --auxbasis"
         ) from None
     return DFIntegrals(mol, auxmol, aux, l_chol)
 

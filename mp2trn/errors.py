@@ -42,3 +42,18 @@ class KernelConstraintError(Mp2trnError):
     """A kernel launch broke a hardware rule (tile limits, SBUF/PSUM capacity, dtype rules)."""
 
     exit_code = 6
+
+
+class NumericalError(Mp2trnError):
+    """The input is well-formed but numerically degenerate: a (nearly) singular overlap or Coulomb metric
+    (linearly dependent basis or auxiliary functions), a failed Cholesky, non-finite energies."""
+
+    exit_code = 7
+
+
+class Terminated(Mp2trnError):
+    """The run was stopped by a signal (SIGINT, SIGTERM, SIGHUP); scratch is removed, nothing is written."""
+
+    def __init__(self, signum: int, name: str):
+        super().__init__(f"stopped by {name}: nothing written, scratch removed")
+        self.exit_code = 128 + signum

@@ -37,6 +37,7 @@ from .molecule import Atom, Geometry, check_charge_multiplicity, parse_xyz, read
 from .options import RunOptions, parse_frozen
 from .pipeline import build_molecule, check_before_scf, compute, open_device
 from .result import HARTREE_TO_KCAL, MP2Result
+from .scratch import run_scratch
 
 #: the energy differences reported, in this order (keys of ``InteractionResult.delta``)
 DELTA_KEYS = ("scf", "mp2_correlation", "mp2_total", "scs_mp2_total")
@@ -361,7 +362,7 @@ def interaction_energy(
     t_start = time.perf_counter()
     options = RunOptions.build(options, **changes)
     frozen = _check_frozen(options.frozen)
-    with open_device(options) as device:  # cheap checks first: device, fragments, every molecule
+    with run_scratch(options.scratch), open_device(options) as device:  # cheap checks first
         geom = load_geometry(source)
         fragments, q_total, m_total = resolve_fragments(geom, split, charges, multiplicities, options.charge,
                                                         options.multiplicity)

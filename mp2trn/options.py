@@ -69,10 +69,12 @@ class RunOptions:
     charge / multiplicity: None → the XYZ comment line, else neutral and lowest spin.
     unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
     scf_df, jkbasis, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); scf_jk: where its
-    J/K builds run — "auto" (the device when it has a J/K stage, else PySCF's), "device" or "pyscf".
+    J/K builds run — "auto" (the device when it has a J/K stage, else PySCF's), "device" or "pyscf";
+    lindep: canonical orthogonalisation threshold for a linearly dependent basis (None: refuse one).
     device: "cpu", "cuda", "sim", "neuron", "auto" or a Device object; precision: None → the device's
     default; target: Trainium generation for sim/neuron (None → the device default).
     max_memory: budget in MB (None → ``PYSCF_MAX_MEMORY``, else 60 % of the available RAM).
+    scratch: directory for the run's temporary files (None → ``$TMPDIR``; see :mod:`mp2trn.scratch`).
     device_options: further keyword arguments of the device's constructor (e.g. ``blocks``).
     """
 
@@ -87,10 +89,12 @@ class RunOptions:
     conv_tol: float = 1e-10
     max_cycle: int = 100
     scf_jk: str = "auto"
+    lindep: float | None = None
     device: Any = "cpu"
     precision: str | None = None
     target: str | None = None
     max_memory: float | None = None
+    scratch: str | None = None
     device_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -100,6 +104,8 @@ class RunOptions:
             raise InputError(f"--conv-tol must be positive, got {self.conv_tol}")
         if self.max_cycle < 1:
             raise InputError(f"--scf-max-cycle must be at least 1, got {self.max_cycle}")
+        if self.lindep is not None and not 0 < self.lindep < 1e-2:
+            raise InputError(f"--lindep must be between 0 and 1e-2, got {self.lindep}")
         if self.scf_jk not in JK_CHOICES:
             raise InputError(f"--scf-jk {self.scf_jk!r}: use {', '.join(JK_CHOICES)}")
         unit = str(self.unit).lower()
@@ -133,7 +139,7 @@ class RunOptions:
     def scf(self) -> ScfOptions:
         """The SCF's share of the options."""
         return ScfOptions(density_fit=self.scf_df, jkbasis=self.jkbasis, conv_tol=self.conv_tol,
-                          max_cycle=self.max_cycle, jk=self.scf_jk)
+                          max_cycle=self.max_cycle, jk=self.scf_jk, lindep=self.lindep)
 
     def device_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the device constructor (the target, then ``device_options``)."""

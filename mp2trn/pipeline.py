@@ -15,6 +15,7 @@ memory budget can hold the smallest block of the MP2 step.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from pyscf import gto
 
 from . import dfmp2
 from .devices import Device, get_device
+from .errors import NumericalError
+from .geometry import check_geometry
 from .df import make_auxmol
 from .memory import budget_mb, check_budget_before_scf
 from .molecule import build_mole
@@ -32,6 +35,7 @@ from .options import RunOptions
 from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
+from .scratch import run_scratch
 from .progress import Progress
 
 Source = str | os.PathLike | gto.Mole
@@ -57,9 +61,11 @@ def bind_device(options: RunOptions, device: Device) -> RunOptions:
 
 def build_molecule(source: Source, options: RunOptions) -> gto.Mole:
     """The molecule of ``source`` (XYZ path or text, PySCF atom string, Mole) with the options' basis,
-    charge, multiplicity and unit."""
-    return build_mole(source, basis=options.basis, charge=options.charge, multiplicity=options.multiplicity,
-                      unit=options.unit)
+    charge, multiplicity and unit; impossible geometries are refused here, before any integral."""
+    mol = build_mole(source, basis=options.basis, charge=options.charge, multiplicity=options.multiplicity,
+                     unit=options.unit)
+    check_geometry(mol)
+    return mol
 
 
 def check_before_scf(mol: gto.Mole, options: RunOptions, device: Device) -> None:
@@ -98,10 +104,14 @@ def compute(
                           keep_pair_energies)
     timings = {"scf": t_scf, **result.timings}
     timings["total"] = t_scf + result.timings["mp2"]
-    record = scf_record(mf, t_scf)
+    record = scf_record(mf, t_scf, options.lindep)
     if result.cost:
         add_run_summary(result.cost, record, timings)
-    return replace(result, timings=timings, scf=record), mf
+    energies = result.energies()
+    if not all(math.isfinite(v) for v in energies.values()):
+        raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "
+                             "nothing is written")
+    return replace(result, timings=timings, scf=record, notes=result.notes + check_geometry(mf.mol)), mf
 
 
 def run(
@@ -117,6 +127,6 @@ def run(
     fields of :class:`~mp2trn.options.RunOptions` as keywords (``basis=``, ``device=``, ``max_memory=``...).
     """
     options = RunOptions.build(options, **changes)
-    with open_device(options) as device:
+    with run_scratch(options.scratch), open_device(options) as device:
         result, _ = compute(source, options, device, progress, keep_pair_energies)
     return result

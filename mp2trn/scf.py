@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from pyscf import df, gto, scf
 
 from .devices import Device
 from .df import describe_basis, quiet_pyscf
-from .errors import ConvergenceError, InputError
+from .errors import ConvergenceError, InputError, NumericalError
 from .jk import DeviceJK, density_fit_jk
 from .progress import Progress
 
@@ -31,6 +32,7 @@ class ScfOptions:
     conv_tol: float = 1e-10
     max_cycle: int = 100
     jk: str = "auto"
+    lindep: float | None = None  # canonical orthogonalisation threshold (None: refuse a singular overlap)
 
 
 def jk_auxbasis(mol: gto.Mole, jkbasis: str | None) -> str | dict:
@@ -48,6 +50,9 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     cycle, max_cycle)`` after each cycle. Raises ConvergenceError when the SCF fails to converge.
     """
     mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
+    check_overlap(mol, options.lindep)
+    if options.lindep is not None:
+        mf = scf.addons.remove_linear_dep_(mf, threshold=options.lindep, lindep=min(options.lindep, 1e-10))
     if max_memory is not None:
         mf.max_memory = max_memory
     if options.density_fit:
@@ -70,7 +75,26 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
         if isinstance(getattr(mf, "with_df", None), DeviceJK):
             mf.with_df.release()  # the device copy of the tensor is not needed after the SCF
     check_converged(mf)
+    if not np.isfinite(mf.e_tot):
+        raise NumericalError(f"the SCF energy is not finite ({mf.e_tot}); the geometry or basis is degenerate")
     return mf
+
+
+#: the smallest overlap eigenvalue an SCF is run with unless --lindep is given
+OVERLAP_MIN_EIGENVALUE = 1e-7
+
+
+def check_overlap(mol: gto.Mole, lindep: float | None) -> None:
+    """Refuse a (nearly) singular overlap matrix — a linearly dependent basis — unless canonical
+    orthogonalisation was asked for with ``lindep``."""
+    w = np.linalg.eigvalsh(mol.intor_symmetric("int1e_ovlp"))
+    if lindep is None and w[0] < OVERLAP_MIN_EIGENVALUE:
+        dropped = int(np.count_nonzero(w < OVERLAP_MIN_EIGENVALUE))
+        raise NumericalError(
+            f"the overlap matrix of the {describe_basis(mol.basis)} basis is nearly singular (smallest eigenvalue "
+            f"{w[0]:.2e}, condition estimate {w[-1] / max(w[0], 1e-300):.1e}; {dropped} near-dependent "
+            f"combination{'s' if dropped != 1 else ''}): the basis is linearly dependent for this geometry. Rerun "
+            f"with --lindep {OVERLAP_MIN_EIGENVALUE:g} (canonical orthogonalisation drops them) or use a smaller basis")
 
 
 def _use_device_jk(choice: str, device: Device) -> bool:
@@ -82,7 +106,7 @@ def _use_device_jk(choice: str, device: Device) -> bool:
     return device.has_jk
 
 
-def scf_record(mf, seconds: float) -> dict:
+def scf_record(mf, seconds: float, lindep: float | None = None) -> dict:
     """What the SCF did: where its J/K builds ran, in which precision per cycle, and how long it took."""
     with_df = getattr(mf, "with_df", None)
     if isinstance(with_df, DeviceJK):
@@ -91,6 +115,9 @@ def scf_record(mf, seconds: float) -> dict:
         record = {"jk": "pyscf (host, fp64)" if with_df is not None else "pyscf (host, conventional integrals)",
                   "device": "host", "cycles": int(getattr(mf, "cycles", 0) or 0)}
     record["seconds"] = seconds
+    if lindep is not None:
+        dropped = mf.mol.nao_nr() - int(np.shape(mf.mo_coeff)[-1])
+        record["orthogonalisation"] = f"canonical (--lindep {lindep:g}): {dropped} basis combinations dropped"
     record["seconds_per_cycle"] = seconds / record["cycles"] if record["cycles"] else None
     return record
 

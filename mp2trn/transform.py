@@ -7,6 +7,8 @@ solve; this module owns the blocking and the storage.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import tempfile
 import time
@@ -16,6 +18,7 @@ import numpy as np
 
 from .devices.base import Device
 from .df import DFIntegrals
+from .errors import ResourceError
 from .memory import BlockPlan
 from .orbitals import SpinOrbitals
 from .progress import Progress
@@ -63,6 +66,24 @@ class BStore:
         self.close()
 
 
+def disk_full(exc: BaseException) -> bool:
+    """True for the errors a full disk raises (h5py reports ENOSPC inside its message)."""
+    return isinstance(exc, OSError) and (exc.errno == errno.ENOSPC or "No space left" in str(exc))
+
+
+@contextlib.contextmanager
+def scratch_writes(what: str, nbytes: float):
+    """A full disk while writing ``what`` becomes a ResourceError saying where and how much."""
+    try:
+        yield
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        raise ResourceError(f"the scratch disk ({tempfile.gettempdir()}) is full while writing {what} "
+                            f"({nbytes / 1e9:.2f} GB in all); free space there or point --scratch at a larger "
+                            "disk (or raise --memory to keep it in memory)") from None
+
+
 def build_b(
     dfi: DFIntegrals,
     spins: list[SpinOrbitals],
@@ -72,6 +93,11 @@ def build_b(
     progress: Progress | None = None,
 ) -> dict[str, float]:
     """Fill ``store`` with B for every spin. Returns stage wall times (s): 'ao_to_mo', 'metric'."""
+    with scratch_writes("the out-of-core B tensor", plan.b_tensor_mb * 1e6):
+        return _build_b(dfi, spins, device, plan, store, progress)
+
+
+def _build_b(dfi, spins, device, plan, store, progress) -> dict[str, float]:
     t0 = time.perf_counter()
     nblocks = dfi.block_count(plan.aux_block)
     for k, (p0, p1, ao) in enumerate(dfi.ao_blocks(plan.aux_block, packed=device.ao_packed)):

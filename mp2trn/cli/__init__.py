@@ -1,10 +1,10 @@
-"""Command line: ``mp2trn run | interaction | validate | bench | info``, one module per command.
+"""Command line: ``mp2trn run | interaction | validate | bench | info | clean``, one module per command.
 
 Flags shared by several commands are defined once in :mod:`mp2trn.cli.common`; every command builds a
 :class:`~mp2trn.options.RunOptions` from them and goes through :mod:`mp2trn.pipeline`.
 """
 
-from . import bench, info, interaction, run, validate  # noqa: F401  (each registers its command on `app`)
+from . import bench, clean, info, interaction, run, validate  # noqa: F401  (each registers its command on `app`)
 from .common import app
 
 

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import Mp2trnError
 from ..files import write_json_atomic
+from ..scratch import handle_signals
 from ..options import RunOptions
 
 app = typer.Typer(
@@ -57,6 +58,10 @@ JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help="JK-fit basis 
 ConvTol = Annotated[float, typer.Option("--conv-tol", help="SCF energy convergence threshold (Eh).")]
 MaxCycle = Annotated[int, typer.Option(
     "--scf-max-cycle", help="SCF iterations before giving up (an error, never MP2 on top).")]
+Lindep = Annotated[Optional[float], typer.Option(
+    "--lindep", help="Canonical orthogonalisation threshold for a linearly dependent basis (default: refuse one).")]
+ScratchDir = Annotated[Optional[str], typer.Option(
+    "--scratch", help="Directory for the run's temporary files (default: $TMPDIR); removed on every exit.")]
 ScfJk = Annotated[str, typer.Option(
     "--scf-jk", help="Where the SCF's J/K builds run: auto (the device when it has them), device, or pyscf.")]
 DeviceFlag = Annotated[str, typer.Option("--device", "-d", help="cpu, cuda, sim (NKI emulator), neuron, or auto.")]
@@ -101,7 +106,8 @@ def cli_errors(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            with handle_signals():  # SIGTERM/SIGHUP end the run like SIGINT: scratch removed, nothing written
+                return func(*args, **kwargs)
         except Mp2trnError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None

@@ -12,7 +12,7 @@ from ..files import check_output_path
 from ..interaction import DELTA_KEYS, DELTA_LABELS, interaction_energy
 from ..options import DEFAULTS
 from ..result import HARTREE_TO_KCAL
-from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
+from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf, ScratchDir,
                      TargetFlag, Unit, UnitFlag, app, cli_errors, err_console, finish, options_from_flags,
                      wide_console)
 
@@ -47,6 +47,7 @@ def interaction(
     max_cycle: MaxCycle = DEFAULTS.max_cycle,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Write ΔE (under interaction_energy, Eh) and every calculation's result here (atomically).")] = None,
+    scratch: ScratchDir = None,
     quiet: Quiet = False,
 ) -> None:
     """Counterpoise-corrected interaction energy (SCF, MP2 and SCS-MP2) of a complex."""

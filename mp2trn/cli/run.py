@@ -12,9 +12,10 @@ from ..files import check_output_path
 from ..jk import precision_runs
 from ..options import DEFAULTS
 from ..pipeline import compute, open_device
+from ..scratch import run_scratch
 from ..result import HARTREE_TO_KCAL, MP2Result
 from .common import (AuxBasis, Basis, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
-                     Multiplicity, PrecisionFlag, Quiet, ScfDf, ScfJk, StageProgress, TargetFlag, Unit, UnitFlag, app,
+                     Lindep, Multiplicity, PrecisionFlag, Quiet, ScfDf, ScfJk, ScratchDir, StageProgress, TargetFlag, Unit, UnitFlag, app,
                      cli_errors, console, finish, options_from_flags)
 
 
@@ -33,6 +34,8 @@ def run(
     conv_tol: ConvTol = DEFAULTS.conv_tol,
     max_cycle: MaxCycle = DEFAULTS.max_cycle,
     scf_jk: ScfJk = DEFAULTS.scf_jk,
+    lindep: Lindep = None,
+    scratch: ScratchDir = None,
     device: DeviceFlag = DEFAULTS.device,
     precision: PrecisionFlag = None,
     memory: Memory = None,
@@ -43,7 +46,8 @@ def run(
     """Compute the DF-MP2 energy of a molecule."""
     check_output_path(json_path)
     options = options_from_flags(locals())
-    with open_device(options) as dev, StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
+    with run_scratch(options.scratch), open_device(options) as dev, \
+            StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
         result, _ = compute(xyz, options, dev, progress)
     finish(json_path, result.to_qcschema(), quiet, lambda: print_result(result, title=str(xyz)))
 
@@ -84,6 +88,8 @@ def what_ran_table(result: MP2Result) -> Table:
     table.add_row("SCF", f"density-fitted ({w.get('jkbasis')})" if w.get("jkbasis") else "conventional integrals")
     if result.scf:
         table.add_row("SCF J/K", scf_summary(result.scf))
+        if result.scf.get("orthogonalisation"):
+            table.add_row("orthogonalisation", result.scf["orthogonalisation"])
     table.add_row("frozen orbitals", str(w.get("frozen")))
     table.add_row("nao / naux / nocc / nvir", f"{s['nao']} / {s['naux']} / {s['nocc']} / {s['nvir']}")
     mem = f"{w.get('memory_mb', 0):.0f} MB budget, B tensors {'on disk (HDF5)' if w.get('out_of_core') else 'in memory'}"

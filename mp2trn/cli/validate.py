@@ -24,7 +24,8 @@ from ..pipeline import bind_device, open_device
 from ..precision import tolerance_for
 from ..validation import ValidationConfig, load_set, run_validation, select_entries
 from ..validation.report import energy_table, interaction_table, summary_lines, validation_document, write_reports
-from .common import (AuxBasis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf, TargetFlag,
+from .common import (AuxBasis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
+                     ScratchDir, TargetFlag,
                      app, cli_errors, err_console, options_from_flags, wide_console)
 
 
@@ -56,6 +57,7 @@ def validate(
         "--conventional/--no-conventional", help="Also run conventional MP2 to show the DF error (energy sets).")] = True,
     pyscf_check: Annotated[bool, typer.Option(
         "--pyscf/--no-pyscf", help="Interaction sets: cross-check every E_corr with PySCF's DF-MP2.")] = True,
+    scratch: ScratchDir = None,
     quiet: Quiet = False,
 ) -> None:
     """Accuracy table against PySCF for a molecule set (exit code 1 when any entry exceeds its tolerance)."""

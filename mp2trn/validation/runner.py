@@ -29,6 +29,7 @@ from ..options import RunOptions, parse_frozen
 from ..orbitals import select_frozen
 from ..pipeline import bind_device, compute, open_device
 from ..precision import tolerance_for
+from ..scratch import run_scratch
 from .pyscf_reference import conventional_mp2, pyscf_reference
 from .sets import MoleculeSet, SetEntry, molecules_dir
 
@@ -176,7 +177,7 @@ def run_validation(mset: MoleculeSet, entries: list[SetEntry], cfg: ValidationCo
     """Run every entry on one device; returns the rows and the summary. ``on_row(row)`` after each entry."""
     validate_entry = validate_energy_entry if mset.kind == "energy" else validate_interaction_entry
     rows = []
-    with open_device(cfg.options) as device:
+    with run_scratch(cfg.options.scratch), open_device(cfg.options) as device:
         for entry in entries:
             row = validate_entry(entry, cfg, device)
             rows.append(row)
