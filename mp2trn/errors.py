@@ -51,8 +51,10 @@ class NumericalError(Mp2trnError):
     exit_code = 7
 
 
-class Terminated(Mp2trnError):
-    """The run was stopped by a signal (SIGINT, SIGTERM, SIGHUP); scratch is removed, nothing is written."""
+class Terminated(BaseException):
+    """The run was stopped by a signal (SIGTERM, SIGHUP; SIGINT is Python's KeyboardInterrupt): scratch is
+    removed, nothing is written. A BaseException, as KeyboardInterrupt is, so that no ``except Exception``
+    on the way (ours or PySCF's) swallows it."""
 
     def __init__(self, signum: int, name: str):
         super().__init__(f"stopped by {name}: nothing written, scratch removed")

@@ -23,7 +23,11 @@ _BOHR_LIKE_XH = (1.75, 2.25)
 
 
 def _label(mol: gto.Mole, i: int) -> str:
-    return f"{i + 1} ({mol.atom_symbol(i)})"
+    """'3 (H)', or '2 (ghost O)' for a ghost atom (1-based, as in the XYZ file)."""
+    symbol = mol.atom_symbol(i)
+    if symbol.upper().startswith(("GHOST-", "X-")):
+        return f"{i + 1} (ghost {symbol.split('-', 1)[1].capitalize()})"
+    return f"{i + 1} ({symbol})"
 
 
 def check_geometry(mol: gto.Mole) -> list[str]:

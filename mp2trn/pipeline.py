@@ -35,7 +35,7 @@ from .options import RunOptions
 from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
-from .scratch import run_scratch
+from .scratch import check_stopped, run_scratch
 from .progress import Progress
 
 Source = str | os.PathLike | gto.Mole
@@ -100,6 +100,7 @@ def compute(
     """Molecule → SCF → DF-MP2 on ``device``. Returns the result (timings: scf, the DF-MP2 stages,
     total) and the converged PySCF mean-field object."""
     mf, t_scf = scf_stage(source, options, device, progress)
+    check_stopped()
     result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), options.auxbasis, options.frozen, progress,
                           keep_pair_energies)
     timings = {"scf": t_scf, **result.timings}
@@ -107,6 +108,7 @@ def compute(
     record = scf_record(mf, t_scf, options.lindep)
     if result.cost:
         add_run_summary(result.cost, record, timings)
+    check_stopped()
     energies = result.energies()
     if not all(math.isfinite(v) for v in energies.values()):
         raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "

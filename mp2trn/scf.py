@@ -6,6 +6,7 @@ on top of it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ from .df import describe_basis, quiet_pyscf
 from .errors import ConvergenceError, InputError, NumericalError
 from .jk import DeviceJK, density_fit_jk
 from .progress import Progress
+from .scratch import check_stopped
 
 
 #: where the SCF's J/K builds run: "auto" (the run's device when it has a J/K stage, else PySCF's host
@@ -51,8 +53,6 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     """
     mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
     check_overlap(mol, options.lindep)
-    if options.lindep is not None:
-        mf = scf.addons.remove_linear_dep_(mf, threshold=options.lindep, lindep=min(options.lindep, 1e-10))
     if max_memory is not None:
         mf.max_memory = max_memory
     if options.density_fit:
@@ -67,10 +67,10 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     mf.conv_tol = options.conv_tol
     mf.max_cycle = options.max_cycle
     mf.verbose = 0
-    if progress is not None:
-        mf.callback = lambda envs: progress("scf", envs["cycle"] + 1, options.max_cycle)
+    mf.callback = lambda envs: _after_cycle(envs, options.max_cycle, progress)
     try:
-        mf.kernel()
+        with _orthogonalisation_threshold(options.lindep):
+            mf.kernel()
     finally:
         if isinstance(getattr(mf, "with_df", None), DeviceJK):
             mf.with_df.release()  # the device copy of the tensor is not needed after the SCF
@@ -84,6 +84,19 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
 OVERLAP_MIN_EIGENVALUE = 1e-7
 
 
+@contextlib.contextmanager
+def _orthogonalisation_threshold(lindep: float | None):
+    """PySCF's SCF drops overlap eigenvectors below ``scf.hf.overlap_zero_eigenvalue_threshold`` (canonical
+    orthogonalisation); with --lindep that threshold is the user's for this SCF."""
+    saved = scf.hf.remove_overlap_zero_eigenvalue, scf.hf.overlap_zero_eigenvalue_threshold
+    if lindep is not None:
+        scf.hf.remove_overlap_zero_eigenvalue, scf.hf.overlap_zero_eigenvalue_threshold = True, lindep
+    try:
+        yield
+    finally:
+        scf.hf.remove_overlap_zero_eigenvalue, scf.hf.overlap_zero_eigenvalue_threshold = saved
+
+
 def check_overlap(mol: gto.Mole, lindep: float | None) -> None:
     """Refuse a (nearly) singular overlap matrix — a linearly dependent basis — unless canonical
     orthogonalisation was asked for with ``lindep``."""
@@ -95,6 +108,12 @@ def check_overlap(mol: gto.Mole, lindep: float | None) -> None:
             f"{w[0]:.2e}, condition estimate {w[-1] / max(w[0], 1e-300):.1e}; {dropped} near-dependent "
             f"combination{'s' if dropped != 1 else ''}): the basis is linearly dependent for this geometry. Rerun "
             f"with --lindep {OVERLAP_MIN_EIGENVALUE:g} (canonical orthogonalisation drops them) or use a smaller basis")
+
+
+def _after_cycle(envs: dict, max_cycle: int, progress: Progress | None) -> None:
+    check_stopped()  # a signal whose exception PySCF's code swallowed still ends the run here
+    if progress is not None:
+        progress("scf", envs["cycle"] + 1, max_cycle)
 
 
 def _use_device_jk(choice: str, device: Device) -> bool:
@@ -115,9 +134,11 @@ def scf_record(mf, seconds: float, lindep: float | None = None) -> dict:
         record = {"jk": "pyscf (host, fp64)" if with_df is not None else "pyscf (host, conventional integrals)",
                   "device": "host", "cycles": int(getattr(mf, "cycles", 0) or 0)}
     record["seconds"] = seconds
-    if lindep is not None:
-        dropped = mf.mol.nao_nr() - int(np.shape(mf.mo_coeff)[-1])
-        record["orthogonalisation"] = f"canonical (--lindep {lindep:g}): {dropped} basis combinations dropped"
+    dropped = mf.mol.nao_nr() - int(np.shape(mf.mo_coeff)[-1])
+    if dropped:
+        threshold = f"--lindep {lindep:g}" if lindep is not None else \
+            f"PySCF's threshold {scf.hf.overlap_zero_eigenvalue_threshold:g}"
+        record["orthogonalisation"] = f"canonical ({threshold}): {dropped} basis combinations dropped"
     record["seconds_per_cycle"] = seconds / record["cycles"] if record["cycles"] else None
     return record
 

@@ -99,6 +99,7 @@ def handle_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -
     """Within the block, the given signals raise :class:`Terminated` (the previous handlers come back)."""
 
     def stop(signum, _frame):
+        _RECEIVED.append(signum)
         raise Terminated(signum, signal.Signals(signum).name)
 
     previous = {}
@@ -107,8 +108,20 @@ def handle_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -
             previous[s] = signal.signal(s, stop)
         except ValueError:  # not the main thread: leave signals alone
             pass
+    _RECEIVED.clear()
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+#: signals received inside :func:`handle_signals` (a library on the way may swallow the exception)
+_RECEIVED: list[int] = []
+
+
+def check_stopped() -> None:
+    """Raise :class:`Terminated` again if a signal arrived, even if its exception was swallowed on the way;
+    called between stages and before any output is written."""
+    if _RECEIVED:
+        raise Terminated(_RECEIVED[0], signal.Signals(_RECEIVED[0]).name)

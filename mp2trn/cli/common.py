@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.markup import escape  # error text may contain [brackets], e.g. "mp2trn[neuron]"
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..errors import Mp2trnError
+from ..errors import Mp2trnError, Terminated
 from ..files import write_json_atomic
-from ..scratch import handle_signals
+from ..scratch import check_stopped, handle_signals
 from ..options import RunOptions
 
 app = typer.Typer(
@@ -92,6 +92,7 @@ def options_from_flags(flags: dict[str, Any]) -> RunOptions:
 
 def finish(json_path: Path | None, document: dict[str, Any], quiet: bool, show) -> None:
     """Write the JSON document (atomically) when asked, then ``show()`` the tables unless quiet."""
+    check_stopped()  # never write the output of a run that was told to stop
     if json_path is not None:
         write_json_atomic(json_path, document)
     if not quiet:
@@ -109,6 +110,9 @@ def cli_errors(func):
             with handle_signals():  # SIGTERM/SIGHUP end the run like SIGINT: scratch removed, nothing written
                 return func(*args, **kwargs)
         except Mp2trnError as exc:
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except Terminated as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
