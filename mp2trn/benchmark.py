@@ -18,6 +18,7 @@ from .jk import precision_runs
 from .memory import default_memory_mb
 from .options import RunOptions
 from .pipeline import open_device, scf_stage
+from .scratch import run_scratch
 from .validation.pyscf_reference import pyscf_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def bench_case(name: str, precisions: list[str], device: str = "cpu", repeat: in
     """Run one case: the SCF once, then PySCF's DFMP2 and mp2trn (each precision), best of ``repeat``."""
     path, basis = CASES[name]
     options = RunOptions(basis=basis, device=device, max_memory=default_memory_mb())
-    with open_device(replace(options, precision=precisions[0])) as dev:
+    with run_scratch(), open_device(replace(options, precision=precisions[0])) as dev:
         mf, _ = scf_stage(path, options, dev)
     refs = [pyscf_reference(mf, options) for _ in range(max(1, repeat))]
     t_ref, e_ref = min(r.seconds for r in refs), refs[0].e_corr
