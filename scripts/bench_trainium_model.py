@@ -44,7 +44,7 @@ SHAPES = {
     "vitc": dict(title="020_Vitamin_C / cc-pVTZ (cc-pVTZ-RI): nao 472, naux 1212, nocc 46, nvir 426",
                  nao=472, naux=1212, nocc=46, nvir=426, max_aux_shell=9),
 }
-TRNBLAS_MEASURED_S = 4.8        # whole MP2, trn1.2xlarge, warm (shared/prior-art.md)
+TRNBLAS_MEASURED_S = 4.8        # whole MP2, trn1.2xlarge, warm (trnsci/trnblas, its published benchmark: trn1.2xlarge, nbasis 512 / nocc 64 / naux 1536)
 HOST_BUDGET_MB = 16000          # host memory budget used for the block plan (a trn1.2xlarge has 32 GiB)
 
 
@@ -413,7 +413,7 @@ def main(argv=None):
                       f"{_ms(cost['total']['trn2']['modeled_time_s'])} ms) vs trnblas' measured "
                       f"{TRNBLAS_MEASURED_S} s warm on trn1.2xlarge (model vs measurement: the model has no "
                       "framework dispatch cost — trnblas lost ~24–100 ms per torch-xla dispatch — and no NEFF load/"
-                      "compile; at the prior-art dispatch cost our "
+                      "compile; at trnblas' measured dispatch cost our "
                       f"{cost['launches']} launches would add ~{cost['launches'] * 0.024:.1f}–"
                       f"{cost['launches'] * 0.1:.1f} s, their per-pair design {s['nocc'] * (s['nocc'] + 1) // 2 * 0.024:.0f}+ s).", ""]
             if prec == "fp32":

@@ -4,7 +4,7 @@ Every instruction a kernel executes is recorded once, with the *inputs* of its c
 per partition, operand sizes, dtype class, bytes), not with a price. A :class:`CostReport` prices the
 records for a target generation, so one emulated run can be priced for trn1 and trn2
 (``report.priced_for("trn1")``). Formulas are the "estimated instruction cost" of the NKI ISA
-documentation (spec §5.3); clocks and DMA bandwidths per generation are in :mod:`.targets`. Every
+documentation (the "Estimated instruction cost" notes of the NKI ISA stubs, aws-neuron-sdk nki/api/nki/isa/__init__.py); clocks and DMA bandwidths per generation are in :mod:`.targets`. Every
 assumption is listed in docs/emulator.md. This is a model, not a measurement.
 """
 
@@ -54,7 +54,7 @@ def _queues(P: int, target: Target, prm: CostParams) -> int:
 
 
 def instruction_seconds(engine: str, params: tuple, target: Target, prm: CostParams) -> float:
-    """Duration (seconds) of one recorded instruction on ``target`` (the formulas of spec §5.3)."""
+    """Duration (seconds) of one recorded instruction on ``target`` (the ISA docs' estimated-cost formulas)."""
     kind = params[0]
     m = prm.min_ii
     if kind == "dma":

@@ -130,5 +130,5 @@ def round_tf32(a: np.ndarray) -> np.ndarray:
 
 
 def fill_value(dt):
-    """Sentinel for fresh allocations (spec §1.4): NaN for floats, 4 for integers."""
+    """Sentinel for fresh allocations (nki/guides/nki_simulator.rst, Neuron 2.29): NaN for floats, 4 for integers."""
     return 4 if is_int(dt) else np.nan

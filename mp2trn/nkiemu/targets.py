@@ -1,4 +1,4 @@
-"""Trainium generations the emulator knows (spec §2.2 sizes, §5.1 engine specs).
+"""Trainium generations the emulator knows (sizes: nki/get-started/about/memory-hierarchy-overview.rst; engine specs: nki/guides/architecture/*_arch.rst, aws-neuron-sdk at Neuron 2.29).
 
 The active generation is chosen, in priority order, by
 

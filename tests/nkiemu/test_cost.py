@@ -1,4 +1,4 @@
-"""Cost model: spec §5.3 formulas, clocks, DMA, aggregation, re-pricing, the matmul progression."""
+"""Cost model: the ISA docs' estimated-cost formulas, clocks, DMA, aggregation, re-pricing, the matmul progression."""
 
 from __future__ import annotations
 
