@@ -84,6 +84,7 @@ class DeviceJK(df.DF):
         self._blocks_dtype = None
         self.builds: list[dict[str, Any]] = []
         self.cycles: list[str] = []
+        self._converged = False
         self.streamed = False
 
     # -- the tensor on the device ------------------------------------------------------------------
@@ -151,13 +152,21 @@ class DeviceJK(df.DF):
 
     def check_convergence(self, envs: dict[str, Any]) -> bool:
         """PySCF's ``check_convergence`` hook: record the cycle, switch precision, and never report
-        convergence while builds are in reduced precision."""
+        convergence while builds are in reduced precision.
+
+        After convergence PySCF runs one extra cycle (``conv_check``) and calls the hook again; that call
+        gets PySCF's own criterion for it (energy OR gradient, with the tolerances PySCF loosened) and is
+        not counted as a cycle."""
+        de, grad = abs(envs["e_tot"] - envs["last_hf_e"]), envs["norm_gorb"]
+        if self._converged:
+            return de < envs["conv_tol"] or grad < envs["conv_tol_grad"]
         self.cycles.append(self._label(self.schedule.current))
         reduced_cycles = sum(1 for c in self.cycles if not c.startswith(self.schedule.final.name))
         if self.schedule.reduced:
             self.schedule.update(envs["e_tot"], envs["last_hf_e"], reduced_cycles)
             return False
-        return abs(envs["e_tot"] - envs["last_hf_e"]) < envs["conv_tol"] and envs["norm_gorb"] < envs["conv_tol_grad"]
+        self._converged = de < envs["conv_tol"] and grad < envs["conv_tol_grad"]
+        return self._converged
 
     def jk_record(self) -> dict[str, Any]:
         """What the J/K stage did: device, cycles and the precision of each, seconds per build."""

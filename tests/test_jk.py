@@ -163,3 +163,12 @@ def test_sim_scf_device_cycles_then_host_fp64(name):
     assert stage["modeled_time_per_build_s"]["trn1"] > 0
     whole = res.cost["whole_run"]
     assert whole["modeled_total_s"]["trn1"] > whole["modeled_device_s"]["trn1"] and "host" in whole["host_parts"]
+
+
+def test_cycles_are_counted_as_pyscf_counts_them():
+    """PySCF's extra conv_check cycle is judged by PySCF's own criterion and not counted as a cycle."""
+    mol = build_mole(molecule_path("benzene"))
+    mf = density_fit_jk(scf.RHF(mol).density_fit(), precision="fp32")
+    mf.conv_tol, mf.verbose = 1e-10, 0
+    mf.kernel()
+    assert mf.converged and len(mf.with_df.cycles) == mf.cycles
