@@ -68,7 +68,7 @@ def bench_case(name: str, precisions: list[str], device: str = "cpu", repeat: in
     path, basis = CASES[name]
     options = RunOptions(basis=basis, device=device, max_memory=default_memory_mb())
     with run_scratch(), open_device(replace(options, precision=precisions[0])) as dev:
-        mf, _ = scf_stage(path, options, dev)
+        mf = scf_stage(path, options, dev).mf
     refs = [pyscf_reference(mf, options) for _ in range(max(1, repeat))]
     t_ref, e_ref = min(r.seconds for r in refs), refs[0].e_corr
     results = []

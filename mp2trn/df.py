@@ -58,8 +58,7 @@ class DFIntegrals:
     @property
     def max_aux_shell(self) -> int:
         """Functions in the largest auxiliary shell (the smallest possible AO block)."""
-        loc = self.auxmol.ao_loc_nr()
-        return int(np.max(np.diff(loc)))
+        return largest_shell(self.auxmol)
 
     def block_count(self, max_functions: int) -> int:
         """How many blocks ``ao_blocks(max_functions)`` yields."""
@@ -79,6 +78,11 @@ class DFIntegrals:
             ints = pmol.intor("int3c2e", aosym=aosym, shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1))
             # PySCF returns (nao, nao, p) / (npair, p) in Fortran order, i.e. (p, ...) in C order
             yield int(loc[s0]), int(loc[s1]), ints.T
+
+
+def largest_shell(mol: gto.Mole) -> int:
+    """Functions in the largest shell of ``mol``."""
+    return int(np.max(np.diff(mol.ao_loc_nr())))
 
 
 def make_auxmol(mol: gto.Mole, auxbasis: str | dict | None) -> tuple[gto.Mole, str | dict]:

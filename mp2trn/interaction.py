@@ -368,7 +368,7 @@ def interaction_energy(
                                                         options.multiplicity)
         calcs = build_calculations(geom, fragments, q_total, m_total, counterpoise)
         per_calc = [replace(options, charge=c.charge, multiplicity=c.multiplicity, frozen=frozen) for c in calcs]
-        mols = [build_molecule(c.geometry, o) for c, o in zip(calcs, per_calc)]
+        mols = [build_molecule(c.geometry, o)[0] for c, o in zip(calcs, per_calc)]
         if counterpoise and len({m.nao_nr() for m in mols}) != 1:  # pragma: no cover - a guard, not expected
             raise Mp2trnError("internal error: counterpoise fragments do not share the complex's basis")
         for mol, opts in zip(mols, per_calc):

@@ -19,7 +19,7 @@ import math
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyscf import gto
@@ -28,7 +28,7 @@ from . import dfmp2
 from .devices import Device, get_device
 from .errors import NumericalError
 from .geometry import check_geometry
-from .df import make_auxmol
+from .df import largest_shell, make_auxmol
 from .memory import budget_mb, check_budget_before_scf
 from .molecule import build_mole
 from .options import RunOptions
@@ -59,27 +59,35 @@ def bind_device(options: RunOptions, device: Device) -> RunOptions:
     return replace(options, device=device, precision=None, target=None, device_options={})
 
 
-def build_molecule(source: Source, options: RunOptions) -> gto.Mole:
+def build_molecule(source: Source, options: RunOptions) -> tuple[gto.Mole, list[str]]:
     """The molecule of ``source`` (XYZ path or text, PySCF atom string, Mole) with the options' basis,
-    charge, multiplicity and unit; impossible geometries are refused here, before any integral."""
+    charge, multiplicity and unit, and the geometry's notes; impossible geometries are refused here,
+    before any integral."""
     mol = build_mole(source, basis=options.basis, charge=options.charge, multiplicity=options.multiplicity,
                      unit=options.unit)
-    check_geometry(mol)
-    return mol
+    return mol, check_geometry(mol)
+
+
+@dataclass
+class ScfStage:
+    """A converged SCF, its wall time (s) and the notes about its geometry."""
+
+    mf: Any
+    seconds: float
+    notes: list[str]
 
 
 def check_before_scf(mol: gto.Mole, options: RunOptions, device: Device) -> None:
     """Errors that need no SCF, raised before it: an unusable MP2 fitting basis, a budget too small."""
     auxmol, _ = make_auxmol(mol, options.auxbasis)
-    loc = auxmol.ao_loc_nr()
-    check_budget_before_scf(mol.nao_nr(), mol.nelec, auxmol.nao_nr(), int(max(loc[1:] - loc[:-1])),
+    check_budget_before_scf(mol.nao_nr(), mol.nelec, auxmol.nao_nr(), largest_shell(auxmol),
                             budget_mb(options.max_memory), device.storage_dtype.itemsize)
 
 
-def scf_stage(source: Source, options: RunOptions, device: Device, progress: Progress | None = None):
+def scf_stage(source: Source, options: RunOptions, device: Device, progress: Progress | None = None) -> ScfStage:
     """Molecule → converged SCF (J/K builds on ``device`` where it has them), after the checks that need
-    no SCF. Returns (mf, SCF wall time in s)."""
-    mol = build_molecule(source, options)
+    no SCF."""
+    mol, notes = build_molecule(source, options)
     check_before_scf(mol, options, device)
     t0 = time.perf_counter()
     if progress:
@@ -87,7 +95,7 @@ def scf_stage(source: Source, options: RunOptions, device: Device, progress: Pro
     mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress)
     if progress:
         progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
-    return mf, time.perf_counter() - t0
+    return ScfStage(mf, time.perf_counter() - t0, notes)
 
 
 def compute(
@@ -99,7 +107,8 @@ def compute(
 ) -> tuple[MP2Result, Any]:
     """Molecule → SCF → DF-MP2 on ``device``. Returns the result (timings: scf, the DF-MP2 stages,
     total) and the converged PySCF mean-field object."""
-    mf, t_scf = scf_stage(source, options, device, progress)
+    stage = scf_stage(source, options, device, progress)
+    mf, t_scf = stage.mf, stage.seconds
     check_stopped()
     result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), options.auxbasis, options.frozen, progress,
                           keep_pair_energies)
@@ -113,7 +122,7 @@ def compute(
     if not all(math.isfinite(v) for v in energies.values()):
         raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "
                              "nothing is written")
-    return replace(result, timings=timings, scf=record, notes=result.notes + check_geometry(mf.mol)), mf
+    return replace(result, timings=timings, scf=record, notes=result.notes + stage.notes), mf
 
 
 def run(

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for entry in select_entries(mset, args.only):
         options = RunOptions(basis=entry.basis, frozen=entry.options.get("frozen", "none"))
         with open_device(options) as dev:
-            mf, _ = scf_stage(entry.path, options, dev)
+            mf = scf_stage(entry.path, options, dev).mf
         mol, frozen = mf.mol, options.frozen
         aux = df.make_auxbasis(mol, mp2fit=True)
         row = {"key": entry.key, "natm": mol.natm, **{m: 0.0 for m in modes}, **{f"t_{m}": 0.0 for m in modes}}

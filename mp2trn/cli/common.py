@@ -109,10 +109,7 @@ def cli_errors(func):
         try:
             with handle_signals():  # SIGTERM/SIGHUP end the run like SIGINT: scratch removed, nothing written
                 return func(*args, **kwargs)
-        except Mp2trnError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-        except Terminated as exc:
+        except (Mp2trnError, Terminated) as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
