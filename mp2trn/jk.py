@@ -42,16 +42,17 @@ _EIG_CUTOFF = 1e-12
 class PrecisionSchedule:
     """The precision of each J/K build: ``start`` until |ΔE| per cycle < ``switch_rel``·|E|, then fp64.
 
-    The default threshold follows the lowest rung of the adaptive-precision scheme of Huang, Shao and
-    Hammond (arXiv 2601.08077: raise the precision as |ΔE/E| falls below 2e-6); with fp32 as the only
-    reduced level, one switch suffices. After ``max_reduced`` reduced cycles the switch happens anyway
-    (an fp32 SCF whose energy noise exceeds the threshold must still finish in fp64).
+    Raising the precision as |ΔE/E| falls follows the adaptive-precision scheme of Huang, Shao and Hammond
+    (arXiv 2601.08077, whose lowest rung switches at 2e-6). With fp32 as the only reduced level one switch
+    suffices, and a later one pays: on Inosine/cc-pVDZ 1e-8 gives 11 fp32 + 7 fp64 cycles against 6 + 11
+    at 2e-6 (`scripts/bench_scf_jk.py --sweep`). Below its noise floor an fp32 SCF stops improving (1e-9
+    never got there on Inosine), so after ``max_reduced`` reduced cycles the switch happens anyway.
     """
 
     start: Precision
     final: Precision = field(default_factory=lambda: get_precision("fp64"))
-    switch_rel: float = 2e-6
-    max_reduced: int = 30
+    switch_rel: float = 1e-8
+    max_reduced: int = 15
     current: Precision | None = None
 
     def __post_init__(self) -> None:

@@ -1,0 +1,68 @@
+"""Where an SCF with device J/K spends its time, and what the mixed-precision switch point changes.
+
+    python scripts/bench_scf_jk.py                       # Inosine/cc-pVDZ, cpu
+    python scripts/bench_scf_jk.py --sweep 2e-6 1e-8 1e-9 1e-10
+
+Prints the time of PySCF's own 3-index (Cholesky) tensor build, then for an fp64 SCF with device J/K:
+the first J/K build (which moves the tensor to the device), the median of the later builds, the number of
+builds and the SCF wall time. With ``--sweep``, fp32 (mixed) SCFs with each switch threshold (|ΔE| per
+cycle below threshold·|E|): cycles in fp32 and in fp64, SCF time, and the energy. A benchmark: it prints
+measurements and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from pyscf import scf
+
+from mp2trn.jk import density_fit_jk
+from mp2trn.machine import machine_description
+from mp2trn.memory import default_memory_mb
+from mp2trn.molecule import build_mole
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | None = None):
+    mf = scf.RHF(mol).density_fit()
+    mf.verbose, mf.conv_tol, mf.max_memory = 0, 1e-10, default_memory_mb()
+    t0 = time.perf_counter()
+    mf.with_df.build()
+    t_tensor = time.perf_counter() - t0
+    mf = density_fit_jk(mf, device=device, precision=precision, max_memory=default_memory_mb())
+    if switch_rel is not None:
+        mf.with_df.schedule.switch_rel = switch_rel
+    t0 = time.perf_counter()
+    mf.kernel()
+    return mf, t_tensor, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
+    ap.add_argument("--basis", default="cc-pvdz")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--sweep", nargs="*", type=float, default=[], help="switch thresholds for fp32 SCFs")
+    args = ap.parse_args()
+    mol = build_mole(args.xyz, basis=args.basis)
+    print(f"{Path(args.xyz).stem}/{args.basis}, device {args.device}; {machine_description()}")
+    mf, t_tensor, t_scf = scf_with_device_jk(mol, "fp64", args.device)
+    builds = [b["seconds"] for b in mf.with_df.builds]
+    print(f"PySCF 3-index tensor build: {t_tensor:.2f} s")
+    print(f"fp64 SCF: {t_scf:.2f} s, {mf.cycles} cycles, {len(builds)} J/K builds; first build {builds[0]:.2f} s, "
+          f"later builds median {statistics.median(builds[1:]):.3f} s")
+    if args.sweep:
+        print("\n| switch threshold ·abs(E) | fp32 cycles | fp64 cycles | SCF (s) | E_SCF (Eh) |")
+        print("|---:|---:|---:|---:|---:|")
+    for rel in args.sweep:
+        mf, _, t = scf_with_device_jk(mol, "fp32", args.device, rel)
+        cyc = mf.with_df.cycles
+        print(f"| {rel:g} | {cyc.count('fp32')} | {len(cyc) - cyc.count('fp32')} | {t:.1f} | {mf.e_tot:.10f} |")
+
+
+if __name__ == "__main__":
+    main()
