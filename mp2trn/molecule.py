@@ -274,6 +274,18 @@ def _safe_build(mol: gto.Mole) -> None:
     if mol.nao_nr() == 0:
         raise InputError("molecule has no basis functions")
     _check_basis_covers_atoms(mol)
+    _check_electrons_fit_basis(mol)
+
+
+def _check_electrons_fit_basis(mol: gto.Mole) -> None:
+    """Each spin channel needs at least as many spatial orbitals as it has electrons."""
+    nalpha, nbeta = mol.nelec
+    nao = mol.nao_nr()
+    if max(nalpha, nbeta) > nao:
+        basis = mol.basis if isinstance(mol.basis, str) else "given basis"
+        raise InputError(
+            f"basis {basis!r} has {nao} function(s) but the molecule has {nalpha} alpha and {nbeta} beta electrons "
+            f"(charge {mol.charge}, multiplicity {mol.spin + 1}): check --charge/--multiplicity or use a larger basis")
 
 
 def _check_basis_covers_atoms(mol: gto.Mole) -> None:

@@ -58,6 +58,11 @@ def test_angstrom_file_read_as_bohr_gets_a_hint(tmp_path):
         mp2trn.run(ho, unit="bohr", multiplicity=2)   # 0.8 bohr = 0.42 Å: refused, with the hint
 
 
+def test_more_electrons_than_orbitals_is_an_input_error():
+    with pytest.raises(InputError, match="1 function.*2 alpha and 1 beta electrons.*charge -1"):
+        mp2trn.run("He 0 0 0", basis="sto-3g", charge=-1)
+
+
 def test_linearly_dependent_basis_is_a_numerical_error_or_orthogonalised():
     kw = dict(basis=DEPENDENT, auxbasis="cc-pvdz-ri", jkbasis="cc-pvdz-jkfit")
     with pytest.raises(NumericalError, match=r"overlap matrix .* nearly singular .* --lindep"):
