@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from pyscf import df, gto
+import scipy.linalg
+from pyscf import df, gto, lib
+from scipy.linalg import blas as scipy_blas
 
 from .errors import InputError, NumericalError
 
@@ -129,3 +131,40 @@ def _shell_ranges(ao_loc: np.ndarray, max_functions: int) -> Iterator[tuple[int,
             s1 += 1
         yield s0, s1
         s0 = s1
+
+
+def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) -> np.ndarray | None:
+    """The SCF's density-fitted 3-index tensor, unpacked: B[P, μ, ν] = Σ_Q (L⁻¹)_PQ (Q|μν), fp64.
+
+    Dimensions: naux = auxmol.nao_nr(), nao = mol.nao_nr(). Returns (naux, nao, nao) C-contiguous, each
+    B_P symmetric; None when the metric (P|Q) = L Lᵀ is not positive definite (then PySCF's own build,
+    which drops linearly dependent combinations, is the right one).
+
+    The same tensor as PySCF's ``df.incore.cholesky_eri`` (its rows, unpacked), built straight into the
+    layout the J/K builds read: (Q|μν) for μ ≥ ν in row blocks of μ (≈ ``chunk_mb`` each), one triangular
+    solve per block, each row μ written into B[:, μ, :μ+1], then the upper triangles filled per P. No
+    packed copy is kept and nothing is unpacked again at the first J/K build.
+    """
+    try:
+        low = scipy.linalg.cholesky(auxmol.intor("int2c2e", hermi=1), lower=True)
+    except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+        return None
+    low = np.asfortranarray(low)
+    nao, naux, nbas = mol.nao_nr(), auxmol.nao_nr(), mol.nbas
+    pmol = mol + auxmol
+    ao_loc = mol.ao_loc_nr()
+    out = np.empty((naux, nao, nao))
+    rows_per_chunk = max(1, int(chunk_mb * 1e6 / (8 * naux * nao)))
+    for s0, s1 in _shell_ranges(ao_loc, rows_per_chunk):
+        m0, m1 = int(ao_loc[s0]), int(ao_loc[s1])
+        # (npair, naux) in Fortran order: pairs μ ∈ [m0, m1), ν ≤ μ
+        ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(s0, s1, 0, s1, nbas, nbas + auxmol.nbas))
+        # X Lᵀ = (Q|μν)ᵀ solved in place: X is the block of B, pairs by row
+        x = scipy_blas.dtrsm(1.0, low, ints, side=1, lower=1, trans_a=1, overwrite_b=1).T   # (naux, npair)
+        off = 0
+        for mu in range(m0, m1):
+            out[:, mu, : mu + 1] = x[:, off : off + mu + 1]
+            off += mu + 1
+    for b in out:
+        lib.hermi_triu(b, inplace=True)
+    return out

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pyscf import df
+from pyscf import df, lib
 
 from .devices import Device, get_device
+from .df import cholesky_tensor
 from .errors import InputError
 from .memory import budget_mb
 from .precision import Precision, get_precision
@@ -83,6 +84,8 @@ class DeviceJK(df.DF):
         self.owns_device = owned
         self._blocks: list | None = None
         self._blocks_dtype = None
+        self._full: np.ndarray | None = None
+        self.tensor_source = "PySCF's tensor, streamed"
         self.builds: list[dict[str, Any]] = []
         self.cycles: list[str] = []
         self._converged = False
@@ -101,27 +104,54 @@ class DeviceJK(df.DF):
         return mode.name if self._runs_on(mode) is self.device else f"{mode.name} (host cpu)"
 
     def _tensor_blocks(self, dtype: np.dtype, device: Device):
-        """Device blocks of the tensor in ``dtype``: cached when they fit the budget, else streamed."""
+        """Device blocks of the tensor in ``dtype``: kept when the tensor fits the budget, else streamed.
+
+        Resident: the unpacked fp64 tensor (naux, nao, nao) is made once per SCF — built straight into
+        that layout (:func:`mp2trn.df.cholesky_tensor`) when PySCF has not built its own, else unpacked
+        from it — and the device blocks are made from it (on the CPU in fp64: views, no copy). Streamed:
+        PySCF builds its tensor (in its HDF5 file when it is large) and every build unpacks it block by block.
+        """
         if self._blocks is not None and self._blocks_dtype == (dtype, device.name):
             return self._blocks
-        self._blocks = None  # a precision switch frees the old copy first
+        self._blocks = None  # a precision switch frees the old device copy first
         nao = self.mol.nao_nr()
-        naux = self.get_naoaux()
-        nbytes = naux * nao * nao * dtype.itemsize
-        resident = nbytes <= _RESIDENT_SHARE * self.budget * 1e6
-        # a block: the unpacked (p, nao, nao) fp64 temporary plus the device copy and X (≤ nao columns)
-        per_aux = nao * nao * (8 + 2 * dtype.itemsize)
+        if self._cderi is None and self.auxmol is None:
+            self.auxmol = df.addons.make_auxmol(self.mol, self.auxbasis)
+        naux = self.auxmol.nao_nr() if self._cderi is None else self.get_naoaux()
+        # the fp64 host tensor plus a device copy in ``dtype`` (none on the CPU in fp64, counted anyway)
+        resident = naux * nao * nao * (8 + dtype.itemsize) <= _RESIDENT_SHARE * self.budget * 1e6
+        per_aux = nao * nao * (8 + 2 * dtype.itemsize)   # a streamed block: unpacked fp64, device copy, X
         blksize = int(max(1, min(naux, 256, (0.2 * self.budget * 1e6) // per_aux)))
-        blocks = (device.jk_tensor(b, nao, dtype) for b in self.loop(blksize))
         self.streamed = not resident
         if not resident:
-            return blocks
-        self._blocks, self._blocks_dtype = list(blocks), (dtype, device.name)
+            return (device.jk_tensor(lib.unpack_tril(b), dtype) for b in self.loop(blksize))
+        if self._full is None:
+            self._full = self._unpacked_tensor(nao)
+        self._blocks = [device.jk_tensor(self._full[p0 : p0 + blksize], dtype)
+                        for p0 in range(0, self._full.shape[0], blksize)]
+        self._blocks_dtype = (dtype, device.name)
         return self._blocks
+
+    def _unpacked_tensor(self, nao: int) -> np.ndarray:
+        """The whole tensor unpacked, (naux, nao, nao) fp64; ``self.tensor_source`` says how it was made."""
+        if self._cderi is None:
+            full = cholesky_tensor(self.mol, self.auxmol)
+            if full is not None:
+                self.tensor_source = "built by mp2trn in the device layout"
+                return full
+            self.build()  # a metric that is not positive definite: PySCF's build handles that
+        self.tensor_source = "PySCF's tensor, unpacked"
+        full = np.empty((self.get_naoaux(), nao, nao))
+        p0 = 0
+        for b in self.loop():
+            lib.unpack_tril(b, out=full[p0 : p0 + len(b)])
+            p0 += len(b)
+        return full
 
     def release(self) -> None:
         """Free the device copy of the tensor (after the SCF) and the device when it is ours."""
-        self._blocks = None
+        self._blocks = self._full = None
+        self.device.release_jk()
         if self.owns_device:
             self.device.close()
         if self.host is not None:
@@ -181,7 +211,8 @@ class DeviceJK(df.DF):
             "build_precisions": [b["precision"] for b in builds],
             "jk_seconds": sum(b["seconds"] for b in builds),
             "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
-            "tensor": "streamed from PySCF's tensor at every build" if self.streamed else "resident on the device",
+            "tensor": "streamed from PySCF's tensor at every build" if self.streamed else
+                      f"resident on the device ({self.tensor_source})",
         }
 
 
@@ -240,8 +271,6 @@ def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = Non
         raise InputError(f"device {dev.name!r} has no J/K stage yet; run the SCF's J/K with PySCF "
                          "(--scf-jk pyscf) or on --device cpu/cuda")
     old = mf.with_df
-    if getattr(old, "_cderi", None) is None:
-        old.build()
     jk = DeviceJK.__new__(DeviceJK)
     jk.__dict__.update(old.__dict__)
     start = dev.mode if dev.mode.name in (dev.jk_precisions or dev.supported_precisions) else \

@@ -14,7 +14,7 @@ from pyscf import df, gto, scf
 
 from .devices import Device
 from .df import describe_basis, quiet_pyscf
-from .errors import ConvergenceError, InputError, NumericalError
+from .errors import ConvergenceError, InputError, Mp2trnError, NumericalError
 from .jk import DeviceJK, density_fit_jk
 from .progress import Progress
 from .scratch import check_stopped
@@ -59,10 +59,16 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
         try:
             with quiet_pyscf():
                 mf = mf.density_fit(auxbasis=jk_auxbasis(mol, options.jkbasis))
-                mf.with_df.build()
+                on_device = device is not None and _use_device_jk(options.jk, device)
+                if on_device:  # the device J/K builds the tensor in its own layout; check the basis now
+                    mf.with_df.auxmol = df.addons.make_auxmol(mol, mf.with_df.auxbasis)
+                else:
+                    mf.with_df.build()
+        except Mp2trnError:
+            raise
         except Exception as exc:  # PySCF raises several types for a missing fitting basis
             raise InputError(f"JK-fit basis {options.jkbasis or 'default'!r} is not usable: {_first_line(exc)}") from None
-        if device is not None and _use_device_jk(options.jk, device):
+        if on_device:
             density_fit_jk(mf, device=device, max_memory=mf.max_memory)
     mf.conv_tol = options.conv_tol
     mf.max_cycle = options.max_cycle

@@ -105,6 +105,44 @@ def test_tensor_on_disk_and_streamed(references):
     assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
 
 
+@pytest.mark.parametrize("chunk_mb", [256.0, 0.01], ids=["one-chunk", "row-by-row"])
+def test_tensor_built_in_device_layout_equals_pyscfs(chunk_mb):
+    from pyscf import df, lib
+
+    from mp2trn.df import cholesky_tensor
+
+    mol = build_mole(GHOST_WATER, basis="cc-pvdz")
+    auxmol = df.addons.make_auxmol(mol, df.make_auxbasis(mol))
+    ours = cholesky_tensor(mol, auxmol, chunk_mb=chunk_mb)
+    ref = lib.unpack_tril(df.incore.cholesky_eri(mol, auxmol=auxmol))
+    assert ours.shape == ref.shape == (auxmol.nao_nr(), mol.nao_nr(), mol.nao_nr())
+    assert np.abs(ours - ref).max() < 1e-12 and np.abs(ours).max() > 0.1
+
+
+def test_tensor_sources_are_recorded(references, monkeypatch):
+    """Built by mp2trn when PySCF has none; PySCF's own (unpacked) when it has one or when the metric is
+    not positive definite (PySCF's build drops the dependent combinations)."""
+    import mp2trn.jk
+
+    ref = references["water"]
+    dm = ref.make_rdm1()
+    vj0, vk0 = ref.get_jk(ref.mol, dm)
+    cases = [(density_fit_jk(_fresh(ref)), "built by mp2trn in the device layout", False),
+             (density_fit_jk(_fresh(ref)), "PySCF's tensor, unpacked", True)]
+    for mf, source, not_positive_definite in cases:
+        if not_positive_definite:
+            monkeypatch.setattr(mp2trn.jk, "cholesky_tensor", lambda *a: None)
+        assert mf.with_df._cderi is None
+        vj, vk = mf.get_jk(ref.mol, dm)
+        assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
+        assert source in mf.with_df.jk_record()["tensor"]
+    own = _fresh(ref)
+    own.with_df.build()
+    mf = density_fit_jk(own)
+    mf.get_jk(ref.mol, dm)
+    assert "PySCF's tensor, unpacked" in mf.with_df.jk_record()["tensor"]
+
+
 @pytest.mark.parametrize("name,precision,tol", [
     ("water", "fp64", 1e-9), ("hydroxyl", "fp64", 1e-9), ("benzene", "fp64", 1e-9),
     ("water", "fp32", 1e-8), ("hydroxyl", "fp32", 1e-8), ("benzene", "fp32", 1e-8),

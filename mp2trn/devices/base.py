@@ -115,12 +115,12 @@ class Device(ABC):
     #: an NKI device) runs on the host CPU, and the SCF record says so per cycle
     jk_precisions: tuple[str, ...] | None = None
 
-    def jk_tensor(self, packed: np.ndarray, nao: int, dtype: np.dtype) -> Any:
+    def jk_tensor(self, block: np.ndarray, dtype: np.dtype) -> Any:
         """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
 
-        packed: (p, nao(nao+1)/2) fp64 rows B_P (μ ≥ ν packed, PySCF's ``_cderi`` layout); dtype: the
+        block: (p, nao, nao) fp64 rows B_P (each symmetric), a view into the host tensor; dtype: the
         arithmetic of the builds that will use it. Returns a device-side handle for :meth:`jk_block`
-        (the CPU keeps it unpacked, (p, nao, nao): one batched GEMM forms C_occᵀ B_P for every P).
+        (on the CPU in the same dtype, the block itself: no copy).
         """
         raise NotImplementedError(f"device {self.name!r} has no J/K stage")
 
@@ -134,6 +134,9 @@ class Device(ABC):
         Returns fp64 (nao, nao) arrays (None for what was not asked).
         """
         raise NotImplementedError(f"device {self.name!r} has no J/K stage")
+
+    def release_jk(self) -> None:
+        """Free whatever the J/K builds kept between builds (work buffers), after the SCF."""
 
     def cost_report(self) -> dict[str, Any] | None:
         """Modeled accelerator cost of everything run so far (NKI devices); None for cpu/cuda."""

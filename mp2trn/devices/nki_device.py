@@ -191,10 +191,8 @@ class NkiDevice(Device):
     has_jk = True
     jk_precisions = ("fp32",)
 
-    def jk_tensor(self, packed, nao, dtype):
-        from pyscf import lib
-
-        return lib.unpack_tril(np.asarray(packed, dtype=np.float64)).astype(F32)     # (p, nao, nao)
+    def jk_tensor(self, block, dtype):
+        return np.asarray(block, dtype=F32)     # (p, nao, nao): the kernels run fp32
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         from ..kernels.batched_gemm import batched_gemm

@@ -67,11 +67,8 @@ class TorchDevice(Device):
     # -- SCF J/K: the tensor stays on the GPU for the whole SCF when it fits (mp2trn.jk decides) ----------
     has_jk = True
 
-    def jk_tensor(self, packed, nao, dtype):
-        from pyscf import lib
-
-        full = lib.unpack_tril(np.asarray(packed, dtype=np.float64))          # (p, nao, nao)
-        return self.torch.as_tensor(full, device=self.device).to(self._torch_dtype(dtype))
+    def jk_tensor(self, block, dtype):
+        return self.torch.as_tensor(block, device=self.device).to(self._torch_dtype(dtype))
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         torch = self.torch
