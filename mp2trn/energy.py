@@ -15,6 +15,7 @@ import numpy as np
 from .devices.base import Device
 from .orbitals import SpinOrbitals
 from .progress import Progress
+from .scratch import check_stopped
 from .transform import BStore
 
 
@@ -60,6 +61,7 @@ def _channel(
                 xx[i0:i1, j0:j1] = x
             count += 1
             done_total[0] += 1
+            check_stopped()  # a signal swallowed inside a library call still ends the run within a block
             if progress:
                 progress("pairs", done_total[0], done_total[1])
     if same:  # blocks below the diagonal were never formed; keep only i <= j

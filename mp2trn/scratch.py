@@ -17,6 +17,7 @@ import gc
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +103,12 @@ def handle_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -
         _RECEIVED.append(signum)
         raise Terminated(signum, signal.Signals(signum).name)
 
+    def unraisable(info):
+        # the signal landed in a finalizer or weakref callback, where Python prints the exception and
+        # drops it: stay quiet, check_stopped() raises it again at the next check
+        if not isinstance(info.exc_value, Terminated):
+            previous_hook(info)
+
     previous = {}
     for s in signals:
         try:
@@ -109,9 +116,11 @@ def handle_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -
         except ValueError:  # not the main thread: leave signals alone
             pass
     _RECEIVED.clear()
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for s, h in previous.items():
             signal.signal(s, h)
 

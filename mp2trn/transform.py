@@ -22,6 +22,7 @@ from .errors import ResourceError
 from .memory import BlockPlan
 from .orbitals import SpinOrbitals
 from .progress import Progress
+from .scratch import check_stopped
 
 
 
@@ -104,6 +105,7 @@ def _build_b(dfi, spins, device, plan, store, progress) -> dict[str, float]:
         for s, orb in enumerate(spins):
             v = device.ao_to_mo(ao, orb.c_occ, orb.c_vir)
             store.arrays[s][p0:p1] = v.reshape(p1 - p0, -1)
+        check_stopped()
         if progress:
             progress("ao_to_mo", k + 1, nblocks)
     t1 = time.perf_counter()
