@@ -54,6 +54,7 @@ class PrecisionSchedule:
     final: Precision = field(default_factory=lambda: get_precision("fp64"))
     switch_rel: float = 1e-8
     max_reduced: int = 15
+    min_reduced: int = 4
     current: Precision | None = None
 
     def __post_init__(self) -> None:
@@ -64,8 +65,14 @@ class PrecisionSchedule:
         return self.current.name != self.final.name
 
     def update(self, e_tot: float, e_last: float, reduced_cycles: int) -> None:
-        """After a cycle: switch to the final precision once the energy change is small enough."""
-        if self.reduced and (abs(e_tot - e_last) < self.switch_rel * abs(e_tot) or reduced_cycles >= self.max_reduced):
+        """After a cycle: switch to the final precision once the energy change is small enough, or once
+        the energy rises after the first ``min_reduced`` cycles (the reduced precision's noise floor: an
+        fp32 SCF on Inosine/cc-pVDZ wanders by ±5e-5 Eh there instead of settling)."""
+        if not self.reduced:
+            return
+        small = abs(e_tot - e_last) < self.switch_rel * abs(e_tot)
+        noise_floor = reduced_cycles >= self.min_reduced and e_tot > e_last
+        if small or noise_floor or reduced_cycles >= self.max_reduced:
             self.current = self.final
 
 
