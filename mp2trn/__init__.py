@@ -32,6 +32,26 @@ from .options import RunOptions  # noqa: E402
 from .pipeline import run  # noqa: E402
 from .result import MP2Result  # noqa: E402
 
+
+
+def _register_with_qcengine() -> None:
+    """``qcengine.compute(..., "mp2trn")`` works once mp2trn is imported (QCEngine has no plugin hook)."""
+    import importlib.util
+
+    if importlib.util.find_spec("qcengine") is None:
+        return
+    from .qcschema import register
+
+    try:
+        register()
+    except Exception as exc:  # a broken QCEngine install must not break mp2trn itself
+        import warnings
+
+        warnings.warn(f"mp2trn could not register with QCEngine: {exc}", stacklevel=2)
+
+
+_register_with_qcengine()
+
 __all__ = [
     "DFMP2",
     "RunOptions",

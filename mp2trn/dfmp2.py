@@ -82,6 +82,7 @@ def kernel(
     nelec = mol.nelec
     return MP2Result(
         e_hf=float(mf.e_tot),
+        e_nuc=float(mol.energy_nuc()),
         e_corr_os=pairs.e_os,
         e_corr_ss=pairs.e_ss,
         reference="UHF" if uhf else "RHF",

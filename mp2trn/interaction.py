@@ -33,7 +33,7 @@ from typing import Any
 
 from .version import __version__
 from .errors import InputError, Mp2trnError
-from .molecule import Atom, Geometry, check_charge_multiplicity, parse_xyz, read_xyz
+from .molecule import Atom, Geometry, check_charge_multiplicity, parse_xyz, read_geometry
 from .options import RunOptions, parse_frozen
 from .pipeline import build_molecule, check_before_scf, compute, open_device
 from .result import HARTREE_TO_KCAL, MP2Result
@@ -181,7 +181,7 @@ def load_geometry(source: str | os.PathLike | Geometry) -> Geometry:
     if isinstance(source, Geometry):
         return source
     if isinstance(source, os.PathLike) or ("\n" not in str(source)):
-        return read_xyz(source)
+        return read_geometry(source)
     return parse_xyz(str(source))
 
 

@@ -157,6 +157,32 @@ def read_xyz(path: str | os.PathLike) -> Geometry:
     return parse_xyz(text, source=str(p))
 
 
+def read_geometry(path: str | os.PathLike) -> Geometry:
+    """Read a molecule file: XYZ (by extension or by content: an atom-count first line), else any format
+    ASE reads (``.pdb``, ``.sdf``, ``.mol``, ``.cif``, ... — the extra ``mp2trn[ase]``)."""
+    p = Path(path)
+    if p.suffix.lower() == ".xyz":
+        return read_xyz(p)
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            first = fh.readline().split()
+    except FileNotFoundError:
+        raise InputError(f"no such file: {p}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc}") from None
+    if len(first) == 1 and first[0].isdigit():
+        return read_xyz(p)
+    from .ase import read_molecule_file
+
+    try:
+        return read_molecule_file(p)
+    except InputError as exc:
+        if "needs ASE" in str(exc):
+            raise InputError(f"{p}: not an XYZ file; reading {p.suffix or 'this'} files needs ASE: "
+                             "pip install 'mp2trn[ase]' (or convert the file to XYZ)") from None
+        raise
+
+
 def nuclear_charge(symbols_and_ghosts: list[tuple[str, bool]]) -> int:
     return sum(0 if ghost else elements.charge(sym) for sym, ghost in symbols_and_ghosts)
 
@@ -233,10 +259,10 @@ def _as_geometry(source: str | os.PathLike | Geometry) -> Geometry | None:
     if isinstance(source, Geometry):
         return source
     if isinstance(source, os.PathLike):
-        return read_xyz(source)
+        return read_geometry(source)
     text = str(source)
     if "\n" not in text and (text.lower().endswith(".xyz") or os.path.isfile(text)):
-        return read_xyz(text)
+        return read_geometry(text)
     first = text.strip().splitlines()[0].split() if text.strip() else []
     if len(first) == 1 and first[0].isdigit():
         return parse_xyz(text)

@@ -29,6 +29,7 @@ class MP2Result:
     pair_energies: list[np.ndarray] | None = None  # per channel (i ≤ j), Hartree
     notes: list[str] = field(default_factory=list)
     scf: dict[str, Any] | None = None  # the SCF stage: where J/K ran, precision per cycle, cycles, seconds
+    e_nuc: float | None = None  # nuclear repulsion energy (Hartree)
 
     @property
     def e_corr(self) -> float:
@@ -76,6 +77,10 @@ class MP2Result:
             "mp2_total_energy": self.e_tot,
             "return_energy": self.e_tot,
         }
+        if self.e_nuc is not None:
+            props["nuclear_repulsion_energy"] = self.e_nuc
+        if self.scf and self.scf.get("cycles") is not None:
+            props["scf_iterations"] = self.scf["cycles"]
         extras = dict(self.what_ran)
         extras.update(
             {

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ..errors import InputError
 from ..files import check_output_path
 from ..jk import precision_runs
 from ..options import DEFAULTS
@@ -43,13 +44,62 @@ def run(
     json_path: JsonPath = None,
     quiet: Quiet = False,
 ) -> None:
-    """Compute the DF-MP2 energy of a molecule."""
+    """Compute the DF-MP2 energy of a molecule (an XYZ file, any molecule file ASE reads, or a QCSchema
+    AtomicInput JSON file, recognised by its content)."""
     check_output_path(json_path)
     options = options_from_flags(locals())
+    if _is_atomic_input(xyz):
+        return run_qcschema_file(xyz, options, json_path, quiet)
     with run_scratch(options.scratch), open_device(options) as dev, \
             StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
         result, _ = compute(xyz, options, dev, progress)
     finish(json_path, result.to_qcschema(), quiet, lambda: print_result(result, title=str(xyz)))
+
+
+def _is_atomic_input(path: Path) -> bool:
+    from ..qcschema import looks_like_atomic_input
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            head = fh.read(1 << 20)
+    except (OSError, UnicodeDecodeError):
+        return False  # the molecule reader says what is wrong with the file
+    return head.lstrip().startswith("{") and looks_like_atomic_input(Path(path).read_text(encoding="utf-8"))
+
+
+def run_qcschema_file(path: Path, options, json_path: Path | None, quiet: bool) -> None:
+    """A QCSchema AtomicInput file: its model and keywords say what to run; ``--json`` gets the
+    AtomicResult. Settings given as flags as well are refused (one place for each setting)."""
+    from ..options import RunOptions
+    from ..qcschema import run_atomic_input
+
+    defaults = RunOptions(scratch=options.scratch)
+    flagged = [name for name in ("basis", "auxbasis", "charge", "multiplicity", "unit", "frozen", "jkbasis",
+                                 "conv_tol", "max_cycle", "device", "precision", "target", "max_memory", "lindep",
+                                 "scf_jk", "scf_df")
+               if getattr(options, name) != getattr(defaults, name)]
+    if flagged:
+        raise InputError(f"{path} is a QCSchema AtomicInput, which carries its own settings: put "
+                         f"{', '.join(flagged)} in its model or keywords instead of the command line")
+    result = run_atomic_input(Path(path).read_text(encoding="utf-8"))
+    document = result.model_dump(mode="json")
+
+    def show() -> None:
+        props = result.properties
+        table = Table(title=f"QCSchema AtomicResult: {path}", title_justify="left")
+        table.add_column("property")
+        table.add_column("Eh", justify="right")
+        for name in ("scf_total_energy", "mp2_same_spin_correlation_energy", "mp2_opposite_spin_correlation_energy",
+                     "mp2_correlation_energy", "mp2_total_energy", "return_energy"):
+            value = getattr(props, name, None)
+            if value is not None:
+                table.add_row(name, f"{value:.10f}")
+        console.print(table)
+        ran = result.extras.get("mp2trn", {})
+        console.print(f"method {result.input_data.specification.model.method}, device {ran.get('device')}, "
+                      f"precision {ran.get('precision', ran.get('scf', {}).get('precision_per_cycle', ['?'])[-1])}")
+
+    finish(json_path, document, quiet, show)
 
 
 def energy_table(result: MP2Result, title: str) -> Table:

@@ -53,6 +53,9 @@ class Launcher:
         self.launches: dict[str, int] = defaultdict(int)
         self.kernels: dict[str, set] = defaultdict(set)
         self.wall_s: dict[str, float] = defaultdict(float)
+        #: distinct compile signatures per stage: an ``@nki.jit`` kernel is compiled once per kernel, input
+        #: shapes and dtypes, and value of every other argument (a new NEFF on Trainium)
+        self.signatures: dict[str, set] = defaultdict(set)
 
     def launch(self, stage: str, kernel, args: tuple, kwargs: dict | None = None):
         kwargs = kwargs or {}
@@ -69,6 +72,7 @@ class Launcher:
             raise wrapped from exc
         self.launches[stage] += 1
         self.kernels[stage].add(name)
+        self.signatures[stage].add(compile_signature(name, args, kwargs))
         self.wall_s[stage] += time.perf_counter() - t0
         return out
 
@@ -81,6 +85,11 @@ class Launcher:
     @property
     def total_launches(self) -> int:
         return sum(self.launches.values())
+
+    @property
+    def total_compiles(self) -> int:
+        """Distinct compile signatures over the run (a signature used by two stages compiles once)."""
+        return len(set().union(*self.signatures.values())) if self.signatures else 0
 
     def cost_report(self, precision: str) -> dict[str, Any] | None:
         return None
@@ -159,10 +168,26 @@ class EmulatorLauncher(Launcher):
             "precision": precision,
             "launches": self.total_launches,
             "launches_by_stage": {s: e["launches"] for s, e in stages.items()},
+            "compiles": self.total_compiles,
+            "compiles_by_stage": {s: len(self.signatures[s]) for s in stages},
             "stages": stages,
             "total": total,
             "emulation_wall_s": sum(e["emulation_wall_s"] for e in stages.values()),
         }
+
+
+def compile_signature(name: str, args: tuple, kwargs: dict) -> tuple:
+    """What the NKI compiler specialises a kernel on: array shapes and dtypes, and the other arguments'
+    values (compile-time constants)."""
+
+    def key(v):
+        if isinstance(v, np.ndarray):
+            return ("array", v.shape, str(v.dtype))
+        if hasattr(v, "shape") and hasattr(v, "dtype"):  # torch/XLA tensors on the neuron device
+            return ("array", tuple(v.shape), str(v.dtype))
+        return ("value", repr(v))
+
+    return (name, tuple(key(a) for a in args), tuple(sorted((k, key(v)) for k, v in kwargs.items())))
 
 
 def _summary(rep) -> dict[str, Any]:

@@ -1,0 +1,111 @@
+"""ASE: ``MP2Calculator`` for ``Atoms`` objects, and molecule files in any format ASE reads.
+
+    from ase.build import molecule
+    from mp2trn.ase import MP2Calculator
+
+    atoms = molecule("H2O")
+    atoms.calc = MP2Calculator(basis="cc-pvdz", device="cpu")
+    atoms.get_potential_energy()          # eV (DF-MP2 total energy)
+    atoms.calc.result                     # the MP2Result (Hartree, what ran, timings)
+
+ASE is the optional extra ``mp2trn[ase]``. Energies only (``implemented_properties = ["energy"]``) until
+mp2trn has gradients. Positions are in Ångström, as everywhere in ASE.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .molecule import Atom, Geometry
+from .options import RunOptions
+
+EXTRA_HINT = "pip install 'mp2trn[ase]'"
+
+
+def _ase():
+    try:
+        import ase
+        import ase.io
+    except ImportError:
+        raise InputError(f"this needs ASE: {EXTRA_HINT}") from None
+    return ase
+
+
+def geometry_of_atoms(atoms, charge: int | None = None, multiplicity: int | None = None) -> Geometry:
+    """mp2trn's Geometry (Å) for an ASE ``Atoms``; periodic cells are ignored (the atoms are one molecule)."""
+    symbols = atoms.get_chemical_symbols()
+    if not symbols:
+        raise InputError("the structure has no atoms")
+    pos = atoms.get_positions()
+    return Geometry([Atom(s, (float(x), float(y), float(z))) for s, (x, y, z) in zip(symbols, pos)],
+                    comment=str(atoms.info.get("name", "")), charge=charge, multiplicity=multiplicity)
+
+
+def read_molecule_file(path: str | Path) -> Geometry:
+    """A molecule from any file ASE can read (``.pdb``, ``.sdf``, ``.mol``, ``.cif``, ...): the first
+    structure in the file, its atoms in Å. An unreadable file or format is an InputError."""
+    ase = _ase()
+    p = Path(path)
+    try:
+        atoms = ase.io.read(str(p), index=0)
+    except FileNotFoundError:
+        raise InputError(f"no such file: {p}") from None
+    except Exception as exc:  # ASE raises many types for unknown or malformed formats
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot read {p} as a molecule (via ASE): {text}") from None
+    return geometry_of_atoms(atoms)
+
+
+try:
+    from ase.calculators.calculator import Calculator as _CalculatorBase
+except ImportError:  # the class still exists without ASE; making one says what to install
+    _CalculatorBase = object
+
+
+class MP2Calculator(_CalculatorBase):
+    """ASE calculator: DF-MP2 (or SCS-MP2, HF) energy of the atoms through :func:`mp2trn.run`.
+
+    Parameters: ``method`` ("mp2", "scs-mp2", "hf"), ``charge``, ``multiplicity`` and every field of
+    :class:`~mp2trn.options.RunOptions` (``basis``, ``auxbasis``, ``device``, ``precision``, ``frozen``,
+    ``max_memory``, ``target``, ...). ``self.result`` is the last MP2Result (Hartree).
+    """
+
+    implemented_properties = ["energy", "free_energy"]
+    default_parameters: dict[str, Any] = {"method": "mp2", "basis": "cc-pvdz", "charge": 0, "multiplicity": None}
+    name = "mp2trn"
+
+    def __init__(self, **kwargs: Any):
+        _ase()
+        unknown = set(kwargs) - set(RunOptions.__dataclass_fields__) - {"method", "label", "atoms", "directory"}
+        if unknown:
+            raise InputError(f"MP2Calculator: unknown parameter(s) {', '.join(sorted(unknown))}")
+        super().__init__(**kwargs)
+        self.result = None
+
+    def calculate(self, atoms=None, properties=("energy",), system_changes=None):
+        from ase.calculators.calculator import all_changes
+        from ase.units import Hartree
+
+        from .pipeline import open_device, run, scf_stage
+        from .scratch import run_scratch
+
+        super().calculate(atoms, properties, system_changes if system_changes is not None else all_changes)
+        params = dict(self.parameters)
+        method = str(params.pop("method", "mp2")).lower()
+        if method not in ("mp2", "scs-mp2", "hf", "scf"):
+            raise InputError(f"MP2Calculator: method {method!r} is not available: mp2, scs-mp2, hf")
+        geometry = geometry_of_atoms(self.atoms, params.pop("charge", None), params.pop("multiplicity", None))
+        options = RunOptions.build(None, **{k: v for k, v in params.items() if k in RunOptions.__dataclass_fields__})
+        if method in ("hf", "scf"):
+            with run_scratch(options.scratch), open_device(options) as device:
+                energy = float(scf_stage(geometry, options, device).mf.e_tot)
+            self.result = None
+        else:
+            self.result = run(geometry, options)
+            energy = self.result.e_scs if method == "scs-mp2" else self.result.e_tot
+        self.results["energy"] = self.results["free_energy"] = energy * Hartree
+
+
+__all__ = ["MP2Calculator", "geometry_of_atoms", "read_molecule_file"]
