@@ -55,6 +55,8 @@ def read_molecule_file(path: str | Path) -> Geometry:
     except Exception as exc:  # ASE raises many types for unknown or malformed formats
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot read {p} as a molecule (via ASE): {text}") from None
+    if len(atoms) == 0:
+        raise InputError(f"{p}: no atoms found (read by ASE)")
     return geometry_of_atoms(atoms)
 
 
