@@ -74,7 +74,7 @@ class MP2Calculator(_CalculatorBase):
     ``max_memory``, ``target``, ...). ``self.result`` is the last MP2Result (Hartree).
     """
 
-    implemented_properties = ["energy", "free_energy"]
+    implemented_properties = ["energy"]
     default_parameters: dict[str, Any] = {"method": "mp2", "basis": "cc-pvdz", "charge": 0, "multiplicity": None}
     name = "mp2trn"
 

@@ -31,7 +31,7 @@ def test_calculator_energy_equals_mp2trn_run_in_ev():
     e = atoms.get_potential_energy()
     direct = mp2trn.run(XYZ, basis="cc-pvdz")
     assert abs(e - direct.e_tot * Hartree) <= 1e-8 and abs(atoms.calc.result.e_tot - direct.e_tot) <= 1e-10
-    assert atoms.calc.implemented_properties[0] == "energy"
+    assert atoms.calc.implemented_properties == ["energy"]
     atoms.positions[1, 1] += 0.01  # a new geometry is a new calculation
     assert abs(atoms.get_potential_energy() - e) > 1e-6
 
@@ -48,12 +48,12 @@ def test_calculator_charge_multiplicity_method():
         MP2Calculator(bassis="cc-pvdz")
 
 
-@pytest.mark.parametrize("fmt,suffix", [("proteindatabank", ".pdb"), ("sdf", ".sdf"), ("json", ".json"), ("cif", ".cif")])
+@pytest.mark.parametrize("fmt,suffix", [("proteindatabank", ".pdb"), ("sdf", ".sdf"), ("mol", ".mol"), ("json", ".json"),
+                                        ("cif", ".cif")])
 def test_run_reads_files_ase_reads(tmp_path, fmt, suffix):
     path = tmp_path / f"water{suffix}"
-    if fmt == "sdf":
-        pytest.importorskip("ase.io.sdf")
-        path.write_text(_sdf())
+    if fmt in ("sdf", "mol"):  # an MDL molfile; an SDF file is molfile records ending in $$$$
+        path.write_text(_sdf() if fmt == "sdf" else _sdf().replace("$$$$\n", ""))
     elif fmt == "cif":  # a molecule in a box: its periodicity is ignored, the atoms are one molecule
         boxed = WATER.copy()
         boxed.cell, boxed.pbc = [12.0, 12.0, 12.0], True
