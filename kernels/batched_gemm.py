@@ -85,12 +85,11 @@ from .tiles import (EXP_MASK, FP32, MAGIC, NFMAX, PMAX, evict, load_operand_tile
 __all__ = ["batched_gemm", "batched_gemm_x3", "batched_gemm_reference", "group_size"]
 
 
-def group_size(nao, no, nv, x3=False, budget=None):
+def group_size(nao, no, nv, x3=False, budget=0):
     """Auxiliary functions per group: g·no ≤ 512 (one PSUM bank for X) and the SBUF working set
     (ao tiles for the group, X in SBUF, resident C_occ/C_vir) within the per-partition budget."""
     nt = -(-nao // PMAX)
-    if budget is None:
-        budget = sbuf_budget()
+    budget = budget or sbuf_budget()
     ao_b = 10 if x3 else FP32                       # per ao element (hi16 + hi32 + lo)
     x_b = 18 if x3 else FP32                        # per X element (A, R copies; hi16, hi32, lo)
     c_b = 10 if x3 else FP32
@@ -143,17 +142,17 @@ def _first_half(aot, cocc, ktiles, gs, no, x3):
         accs = [nl.ndarray((msz, gs * no), dtype=nl.float32, buffer=nl.psum, name="x_acc")
                 for _ in range(2 if x3 else 1)]
         for q in range(gs):
-            cols = slice(q * no, (q + 1) * no)
+            c0, c1 = q * no, (q + 1) * no
             st = [tuple(p[:, q, m0:m0 + msz] for p in planes) for planes in aot]
             if not x3:
-                matmul_planes(accs[0][:, cols], st, cocc)
+                matmul_planes((accs[0][:, c0:c1],), st, cocc)
             else:
                 for s, m in zip(st, cocc):          # exact part: hi16 x hi16
-                    nisa.nc_matmul(dst=accs[0][:, cols], stationary=s[0], moving=m[0])
+                    nisa.nc_matmul(dst=accs[0][:, c0:c1], stationary=s[0], moving=m[0])
                 for s, m in zip(st, cocc):          # corrections: hi x lo, lo x full
-                    nisa.nc_matmul(dst=accs[1][:, cols], stationary=s[1], moving=m[1])
+                    nisa.nc_matmul(dst=accs[1][:, c0:c1], stationary=s[1], moving=m[1])
                 for s, m in zip(st, cocc):
-                    nisa.nc_matmul(dst=accs[1][:, cols], stationary=s[2], moving=m[2])
+                    nisa.nc_matmul(dst=accs[1][:, c0:c1], stationary=s[2], moving=m[2])
         sb = []
         for a in accs:
             t = nl.ndarray((msz, gs * no), dtype=nl.float32, buffer=nl.sbuf, name="x_sb")
@@ -223,13 +222,12 @@ def _from_rows(rows, out, ktiles, r0, rsz, c0, csz, planes):
             nisa.tensor_copy(dst=out[kt][pl][lo_ - m0:hi_ - m0, r0:r0 + rsz], src=tp)
 
 
-def _second_half(xst, cvir, ktiles, ncols, nv, out, row0, out_rest=None):
-    """Y[(P,i) rows, a] = Σ_μ X[μ, rows]ᵀ C_vir[μ, a] -> out rows row0 + (P,i) (fp32x3: exact part to
-    ``out``, corrections to ``out_rest``). Full 128-row tiles are staged and stored with one DMA per
-    column chunk."""
+def _second_half(xst, cvir, ktiles, ncols, nv, outs, row0):
+    """Y[(P,i) rows, a] = Σ_μ X[μ, rows]ᵀ C_vir[μ, a] -> ``outs[0]`` rows row0 + (P,i) (fp32x3: exact
+    part to ``outs[0]``, corrections to ``outs[1]``). Full 128-row tiles are staged and stored with one
+    DMA per column chunk."""
     rtiles = tiles(ncols, PMAX)
     nfull = sum(1 for _, r in rtiles if r == PMAX)
-    outs = [out] if out_rest is None else [out, out_rest]
     for a0, asz in tiles(nv, NFMAX):
         stage = [nl.ndarray((PMAX, max(nfull, 1), asz), dtype=nl.float32, buffer=nl.sbuf, name="y_stage")
                  for _ in outs]
@@ -237,7 +235,7 @@ def _second_half(xst, cvir, ktiles, ncols, nv, out, row0, out_rest=None):
         for ri, (r0, rsz) in enumerate(rtiles):
             accs = [nl.ndarray((rsz, asz), dtype=nl.float32, buffer=nl.psum, name="y_acc") for _ in outs]
             st = [tuple(p[:, r0:r0 + rsz] for p in planes) for planes in xst]
-            matmul_planes(accs[0], st, mv, accs[1] if len(accs) > 1 else None)
+            matmul_planes(accs, st, mv)
             for o, acc, sg in zip(outs, accs, stage):
                 if rsz == PMAX:
                     nisa.tensor_copy(dst=sg[:, ri, :], src=acc)
@@ -251,7 +249,7 @@ def _second_half(xst, cvir, ktiles, ncols, nv, out, row0, out_rest=None):
 @dataclass
 class Transform(nl.NKIObject):
     """What every group of one launch shares: the AO planes in HBM, the resident C_occ/C_vir tiles, the
-    sizes, the outputs (``out_rest`` for the x3 corrections, else None) and the re-split grid bits."""
+    sizes, the outputs ((out,), or (out, out_rest) for the x3 corrections) and the re-split grid bits."""
 
     ao_planes: tuple
     cocc: list
@@ -262,11 +260,10 @@ class Transform(nl.NKIObject):
     nv: int
     x3: bool
     beta: int
-    out: object
-    out_rest: object
+    outs: tuple
 
 
-def _body(ao_planes, co_planes, cv_planes, out, group, beta, out_rest=None):
+def _body(ao_planes, co_planes, cv_planes, outs, group, beta):
     p, nao, _ = ao_planes[0].shape
     no = co_planes[0].shape[1]
     nv = cv_planes[0].shape[1]
@@ -276,7 +273,7 @@ def _body(ao_planes, co_planes, cv_planes, out, group, beta, out_rest=None):
     g = group if group else group_size(nao, no, nv, x3)
     job = Transform(ao_planes, _resident(co_planes, ktiles, stationary=False, name="c_occ"),
                     _resident(cv_planes, ktiles, stationary=False, name="c_vir"), ktiles, nao, no, nv, x3, beta,
-                    out, out_rest)
+                    outs)
     for g0 in range(0, p, g):
         _group(job, g0, min(g, p - g0))
 
@@ -289,7 +286,7 @@ def _group(job, g0, gs):
         xst = _resplit(xs, job.ktiles, gs * job.no, job.nao, job.beta)
     else:
         xst = [(x[0],) for x in xs]
-    _second_half(xst, job.cvir, job.ktiles, gs * job.no, job.nv, job.out, g0 * job.no, job.out_rest)
+    _second_half(xst, job.cvir, job.ktiles, gs * job.no, job.nv, job.outs, g0 * job.no)
 
 
 @nki.jit
@@ -297,7 +294,7 @@ def batched_gemm(ao, c_occ, c_vir, group=0):
     """fp32: (P|μν) block (p, nao, nao) -> (P|ia) as (p·no, nv). ``group``: P per group (0 = auto)."""
     p = ao.shape[0]
     out = nl.ndarray((p * c_occ.shape[1], c_vir.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
-    _body((ao,), (c_occ,), (c_vir,), out, group, 0)
+    _body((ao,), (c_occ,), (c_vir,), (out,), group, 0)
     return out
 
 
@@ -309,7 +306,7 @@ def batched_gemm_x3(ao_hi, ao_lo, co_hi, co_lo, co, cv_hi, cv_lo, cv, beta, grou
     p = ao_hi.shape[0]
     out = nl.ndarray((p * co.shape[1], cv.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
     out_rest = nl.ndarray((p * co.shape[1], cv.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
-    _body((ao_hi, ao_lo), (co_hi, co_lo, co), (cv_hi, cv_lo, cv), out, group, beta, out_rest)
+    _body((ao_hi, ao_lo), (co_hi, co_lo, co), (cv_hi, cv_lo, cv), (out, out_rest), group, beta)
     return out, out_rest
 
 

@@ -75,19 +75,20 @@ from .tiles import MFMAX, PMAX, evict, load_operand_tiles, matmul_planes, plan_p
 
 __all__ = ["gemm", "gemm_x3", "gemm_reference", "gemm_body"]
 
-def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None, n_width=None):
-    """Shared body of gemm/gemm_x3/trsm: ``out[M, N] = A_Tᵀ B`` with A_T given by ``a_planes`` and B by
+def gemm_body(a_planes, b_planes, outs, lower=False, m_block=0, n_width=0):
+    """Shared body of gemm/gemm_x3/trsm: ``outs[0][M, N] = A_Tᵀ B`` with A_T given by ``a_planes`` and B by
     ``b_planes`` (HBM). ``lower=True``: A_T is block upper-triangular with the same tiling on K and M
     (A = A_Tᵀ lower triangular), so K tiles above the output tile's M tile are skipped entirely (never
-    loaded, never multiplied). ``m_block``: M tiles per resident panel (None: from the SBUF budget).
-    ``out_rest`` (fp32x3): the exact hi·hi part goes to ``out`` and the corrections to ``out_rest``.
-    ``n_width``: columns of B per streamed chunk (None: chosen with the panel height, :func:`plan_panels`)."""
+    loaded, never multiplied). ``m_block``: M tiles per resident panel (0: from the SBUF budget).
+    ``outs``: (out,), or (out, out_rest) for fp32x3: the exact hi·hi part goes to ``out`` and the
+    corrections to ``out_rest``. ``n_width``: columns of B per streamed chunk (0: chosen with the panel
+    height, :func:`plan_panels`)."""
     K, M = a_planes[0].shape
     N = b_planes[0].shape[1]
     ktiles = tiles(K, PMAX)
     mtiles = tiles(M, MFMAX)
     x3 = len(a_planes) > 1
-    if m_block is None or n_width is None:
+    if m_block == 0 or n_width == 0:
         m_block, n_width = plan_panels(len(ktiles), len(mtiles), N, x3, m_block)
     ntiles = tiles(N, n_width)
     for mb0 in range(0, len(mtiles), m_block):
@@ -99,13 +100,12 @@ def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None,
         for n0, nsz in ntiles:
             chunk = load_operand_tiles(b_planes, ktiles[:kmax], n0, nsz, stationary=False, name="b_chunk")
             nfull = sum(1 for _, msz in blk if msz == MFMAX)
-            outs = [out] if out_rest is None else [out, out_rest]
             stage = [nl.ndarray((MFMAX, max(nfull, 1), nsz), dtype=nl.float32, buffer=nl.sbuf, name="res_panel")
                      for _ in outs]
             for bi, (m0, msz) in enumerate(blk):
                 kk = kmax if not lower else mb0 + bi + 1
                 accs = [nl.ndarray((msz, nsz), dtype=nl.float32, buffer=nl.psum, name="acc") for _ in outs]
-                matmul_planes(accs[0], column_views(panel[:kk], m0 - c0, msz), chunk[:kk], accs[1] if len(accs) > 1 else None)
+                matmul_planes(accs, column_views(panel[:kk], m0 - c0, msz), chunk[:kk])
                 for o, acc, st in zip(outs, accs, stage):
                     if msz == MFMAX:                          # full tiles: staged, one store per panel
                         nisa.tensor_copy(dst=st[:, bi, :], src=acc)
@@ -121,18 +121,18 @@ def gemm_body(a_planes, b_planes, out, lower=False, m_block=None, out_rest=None,
 
 
 @nki.jit
-def gemm(a_t, b, m_block=None, n_width=None):
+def gemm(a_t, b, m_block=0, n_width=0):
     """``c = a_tᵀ @ b`` in fp32: a_t (K, M), b (K, N) float32 HBM -> c (M, N) float32."""
     K, M = a_t.shape
     K2, N = b.shape
     assert K == K2, f"gemm: contraction mismatch {a_t.shape} vs {b.shape}"
     c = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((a_t,), (b,), c, lower=False, m_block=m_block, n_width=n_width)
+    gemm_body((a_t,), (b,), (c,), lower=False, m_block=m_block, n_width=n_width)
     return c
 
 
 @nki.jit
-def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=None, n_width=None):
+def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=0, n_width=0):
     """Compensated ``c = a_tᵀ @ b`` (fp32x3): a_t = a_t_hi (bf16 grid) + a_t_lo (fp32); b = b_hi + b_lo,
     b (fp32) — see the module docstring. Returns (c_exact, c_rest), (M, N) float32 each:
     c = c_exact + c_rest, to be added in fp64 (the pair carries ~fp32·2^-β relative accuracy)."""
@@ -140,7 +140,7 @@ def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=None, n_width=None):
     N = b.shape[1]
     c = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
     c_rest = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), c, lower=False, m_block=m_block, out_rest=c_rest, n_width=n_width)
+    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), (c, c_rest), lower=False, m_block=m_block, n_width=n_width)
     return c, c_rest
 
 

@@ -100,13 +100,12 @@ def j_groups(nJ, nvb):
     return [(j0, min(per, nJ - j0)) for j0 in range(0, nJ, per)]
 
 
-def i_block_size(naux, nI, nJ, nva, nvb, x3=False, budget=None):
+def i_block_size(naux, nI, nJ, nva, nvb, x3=False, budget=0):
     """Occupied orbitals of the I block kept resident in SBUF at once (the rest of the working set —
     a double-buffered j-group, the broadcast denominators, T/W copies and temporaries — is fixed)."""
     nk = -(-naux // PMAX)
     at = -(-nva // PMAX)
-    if budget is None:
-        budget = sbuf_budget()
+    budget = budget or sbuf_budget()
     a_b = 10 if x3 else FP32
     b_b = 10 if x3 else FP32
     cols = NFMAX if nvb <= NFMAX else nvb
@@ -168,26 +167,26 @@ def _exact_segment_sums(red, prod, asz, csz, nseg, nvb, whole, signed):
     nisa.tensor_tensor(dst=red, data1=red, data2=rl, op=nl.add)
 
 
-def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, rows=None, row_col=0, first=True, signed=False):
-    """Sum ``prod`` [asz, csz] over b within each j segment. Per-pair mode (``rows`` None): then over the
-    a partitions by a ones-vector matmul into acc[0:1, local j] (PSUM accumulation across a tiles and
-    chunks). Row mode (fp32x3): swamping-free segment sums go to rows[:, row_col + local j] (SBUF),
-    added to what is there unless ``first``."""
+def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, rows=(), row_col=0, first=True, signed=False):
+    """Sum ``prod`` [asz, csz] over b within each j segment. Per-pair mode (``rows`` empty): then over
+    the a partitions by a ones-vector matmul into acc[0:1, local j] (PSUM accumulation across a tiles and
+    chunks). Row mode (fp32x3, ``rows`` = (tile,)): swamping-free segment sums go to
+    tile[:, row_col + local j] (SBUF), added to what is there unless ``first``."""
     segs = _segments(c0, csz, nvb)
     nseg = len(segs)
     j0 = segs[0][0]
     whole = all(s[2] == nvb for s in segs)
-    if rows is not None and first:
-        red = rows[0:asz, row_col + j0:row_col + j0 + nseg]
+    if rows and first:
+        red = rows[0][0:asz, row_col + j0:row_col + j0 + nseg]
     else:
         red = nl.ndarray((asz, nseg), dtype=nl.float32, buffer=nl.sbuf, name="segsum")
-    if rows is None:
+    if not rows:
         _reduce_segments(red, prod, asz, nseg, nvb, whole)
         nisa.nc_matmul(dst=acc[0:1, j0:j0 + nseg], stationary=ones[0:asz, :], moving=red)
         return
     _exact_segment_sums(red, prod, asz, csz, nseg, nvb, whole, signed)
     if not first:
-        dst = rows[0:asz, row_col + j0:row_col + j0 + nseg]
+        dst = rows[0][0:asz, row_col + j0:row_col + j0 + nseg]
         nisa.tensor_tensor(dst=dst, data1=dst, data2=red, op=nl.add)
 
 
@@ -239,7 +238,7 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
         st = [tuple(p[:, il * nva + a0:il * nva + a0 + asz] for p in planes) for planes in ip]
         for c0, csz in chunks:
             t = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.psum, name="t_ps")
-            matmul_planes(t, st, [tuple(p[:, c0:c0 + csz] for p in planes) for planes in jt])
+            matmul_planes((t,), st, [tuple(p[:, c0:c0 + csz] for p in planes) for planes in jt])
             # D' = (ε_b − e_j) + (ε_a − e_i) > 0  (ScalarE, per-partition bias), R = 1/D' (GpSimd)
             dn = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="denom")
             nisa.activation(dst=dn, op=nl.copy, data=ej[0:asz, c0:c0 + csz], bias=bias[at][:, i:i + 1])
@@ -255,7 +254,7 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
             nisa.tensor_tensor(dst=w, data1=t, data2=r, op=nl.multiply)          # W = T/D' (T in PSUM)
             p1 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="tw")
             nisa.tensor_tensor(dst=p1, data1=w, data2=t, op=nl.multiply)         # T²/D'
-            _seg_reduce(acc_os, ones, p1, asz, c0, csz, nvb, res_os[at] if rowsums else None, out_col, c0 < NFMAX)
+            _seg_reduce(acc_os, ones, p1, asz, c0, csz, nvb, (res_os[at],) if rowsums else (), out_col, c0 < NFMAX)
     if exchange:
         for at, (a0, asz) in enumerate(atiles):
             for c0, csz in chunks:
@@ -270,7 +269,7 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
                                           data=t_sb[bt][lo - q0:hi - q0, jl * nvb + a0:jl * nvb + a0 + asz])
                 p2 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="ttw")
                 nisa.tensor_tensor(dst=p2, data1=w_sb[at][:, c0:c0 + csz], data2=tt, op=nl.multiply)
-                _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, res_x[at] if rowsums else None, out_col, c0 < NFMAX,
+                _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, (res_x[at],) if rowsums else (), out_col, c0 < NFMAX,
                             signed=True)
     if rowsums:
         return

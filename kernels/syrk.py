@@ -45,11 +45,10 @@ from .tiles import FP32, MFMAX, NFMAX, PMAX, evict, load_operand_tiles, matmul_p
 __all__ = ["syrk", "syrk_x3", "syrk_reference", "k_group_size"]
 
 
-def k_group_size(x3=False, budget=None):
+def k_group_size(x3=False, budget=0):
     """Row tiles per streamed group: a stationary [rows, 128] and a moving [rows, 512] panel per group,
     double-buffered, within the per-partition SBUF budget (x3: hi16 + hi32 + lo, hi16 + lo + x)."""
-    if budget is None:
-        budget = sbuf_budget()
+    budget = budget or sbuf_budget()
     per_tile = (MFMAX + NFMAX) * (10 if x3 else FP32)
     return int(max(1, min(64, budget // (2 * per_tile))))
 
@@ -67,7 +66,7 @@ def _body(st_planes, mv_planes, out, out_rest, k_group):
                 grp = ktiles[g0:g0 + g]
                 a = load_operand_tiles(st_planes, grp, m0, msz, stationary=True, name="z_m")
                 b = load_operand_tiles(mv_planes, grp, n0, nsz, stationary=False, name="z_n")
-                matmul_planes(accs[0], a, b, accs[-1])   # x3: exact part in accs[0], corrections in accs[1]
+                matmul_planes(accs, a, b)   # x3: exact part in accs[0], corrections in accs[1]
             for o, acc in zip(outs, accs):
                 evict(o[m0:m0 + msz, n0:n0 + nsz], acc, msz, nsz, name="k_sb")
 

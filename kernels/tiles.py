@@ -101,20 +101,20 @@ def store_rows(dst, r0, rows, n0, nsz, tiles_sb, name=""):
                   src=tiles_sb)
 
 
-def matmul_planes(acc, stationary, moving, acc_rest=None):
-    """Accumulate Σ_k stationary_kᵀ · moving_k into the PSUM tile ``acc``.
+def matmul_planes(accs, stationary, moving):
+    """Accumulate Σ_k stationary_kᵀ · moving_k into the PSUM tile ``accs[0]``.
 
     ``stationary``/``moving``: lists (over K tiles) of plane tuples of *views* (see
     :func:`load_operand_tiles`). One plane: plain fp32 matmuls. Three planes (fp32x3): all exact
-    hi·hi bf16 products first, then hi·lo and lo·x in fp32 — into the same accumulator, or, with
-    ``acc_rest``, the corrections into that second accumulator (the result is then the *pair*
-    ``acc + acc_rest``, kept apart so it can leave the chip with more than fp32 precision).
+    hi·hi bf16 products first, then hi·lo and lo·x in fp32 — into the same accumulator, or, when
+    ``accs`` holds two tiles, the corrections into ``accs[1]`` (the result is then the *pair*
+    ``accs[0] + accs[1]``, kept apart so it can leave the chip with more than fp32 precision).
     """
+    acc, rest = accs[0], accs[-1]
     if len(stationary[0]) == 1:
         for s, m in zip(stationary, moving):
             nisa.nc_matmul(dst=acc, stationary=s[0], moving=m[0])
         return
-    rest = acc if acc_rest is None else acc_rest
     for s, m in zip(stationary, moving):
         nisa.nc_matmul(dst=acc, stationary=s[0], moving=m[0])      # hi16 x hi16: exact in PSUM
     for s, m in zip(stationary, moving):
@@ -130,7 +130,7 @@ def evict(dst_hbm, acc, rows, cols, name="res"):
     nisa.dma_copy(dst=dst_hbm, src=res)
 
 
-def plan_panels(nk, nm, N, x3, m_block=None, budget=None):
+def plan_panels(nk, nm, N, x3, m_block=0, budget=0):
     """(M tiles per resident A panel, column-chunk width of B) minimizing the bytes streamed from HBM:
     B is read once per panel, so taller panels mean less traffic; a narrower B chunk (double-buffered)
     leaves SBUF for a taller panel. Widths 512/256/128 (a chunk of ≥ 128 moving columns keeps TensorE
@@ -138,8 +138,8 @@ def plan_panels(nk, nm, N, x3, m_block=None, budget=None):
     a_bytes = 10 if x3 else FP32           # per stationary element in SBUF (hi16 + hi32 + lo)
     b_bytes = 10 if x3 else FP32           # per moving element (hi16 + lo + x)
     outs = 2 if x3 else 1
-    budget = sbuf_budget() if budget is None else budget
-    best = None
+    budget = budget or sbuf_budget()
+    best = ((nm + 1, 0), 1, NFMAX)                 # worse than any real plan
     for width in (NFMAX, 256, 128):
         if width > max(N, 1) and width != NFMAX:
             continue
@@ -147,7 +147,7 @@ def plan_panels(nk, nm, N, x3, m_block=None, budget=None):
         mb = m_block or max(1, (budget - fixed) // (nk * MFMAX * a_bytes))
         panels = -(-nm // mb)
         key = (panels, -width)
-        if best is None or key < best[0]:
+        if key < best[0]:
             best = (key, mb, width)
         if m_block:
             break

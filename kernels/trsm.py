@@ -57,36 +57,35 @@ from __future__ import annotations
 import numpy as np
 
 from ._nki import nki, nl
+from scipy.linalg import solve_triangular
+
 from .gemm import gemm_body
 
 __all__ = ["trsm", "trsm_x3", "trsm_reference", "inverse_factor_t"]
 
 
 @nki.jit
-def trsm(linv_t, v, m_block=None, n_width=None):
+def trsm(linv_t, v, m_block=0, n_width=0):
     """``b = linv_tᵀ @ v`` with ``linv_t = (L⁻¹)ᵀ`` upper triangular: b = L⁻¹ v (fp32)."""
     naux, naux2 = linv_t.shape
     assert naux == naux2 == v.shape[0], f"trsm: shapes {linv_t.shape} and {v.shape} do not match"
     b = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((linv_t,), (v,), b, lower=True, m_block=m_block, n_width=n_width)
+    gemm_body((linv_t,), (v,), (b,), lower=True, m_block=m_block, n_width=n_width)
     return b
 
 
 @nki.jit
-def trsm_x3(linv_t_hi, linv_t_lo, v_hi, v_lo, v, m_block=None, n_width=None):
+def trsm_x3(linv_t_hi, linv_t_lo, v_hi, v_lo, v, m_block=0, n_width=0):
     """Compensated ``b = L⁻¹ v``: (L⁻¹)ᵀ = hi (bf16 grid) + lo (fp32); v = v_hi + v_lo, v (fp32).
     Returns (b_exact, b_rest), float32 each; b = b_exact + b_rest (added in fp64 by the host)."""
     b = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
     b_rest = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((linv_t_hi, linv_t_lo), (v_hi, v_lo, v), b, lower=True, m_block=m_block, out_rest=b_rest,
-              n_width=n_width)
+    gemm_body((linv_t_hi, linv_t_lo), (v_hi, v_lo, v), (b, b_rest), lower=True, m_block=m_block, n_width=n_width)
     return b, b_rest
 
 
 def inverse_factor_t(l_chol: np.ndarray) -> np.ndarray:
     """Host side, fp64: ``(L⁻¹)ᵀ`` for the lower Cholesky factor L (upper triangular result)."""
-    from scipy.linalg import solve_triangular
-
     n = l_chol.shape[0]
     linv = solve_triangular(np.asarray(l_chol, dtype=np.float64), np.eye(n), lower=True)
     return np.ascontiguousarray(np.triu(linv.T))
@@ -94,6 +93,4 @@ def inverse_factor_t(l_chol: np.ndarray) -> np.ndarray:
 
 def trsm_reference(l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
     """NumPy/SciPy reference: B = L⁻¹ V in fp64 (forward substitution)."""
-    from scipy.linalg import solve_triangular
-
     return solve_triangular(np.asarray(l_chol, dtype=np.float64), np.asarray(v, dtype=np.float64), lower=True)

@@ -37,6 +37,7 @@ from ._blas import single_threaded as _single_threaded
 from . import isa  # noqa: F401
 from . import language  # noqa: F401
 from . import runtime as _rt
+from .frontend import check_kernel as _check_language
 from . import typing  # noqa: F401
 from .cost import CostParams, CostReport, Profile, set_cost_params, default_params  # noqa: F401
 from .errors import (NkiCapacityError, NkiError, NkiRemovedAPIError, NkiRuleError,  # noqa: F401
@@ -170,6 +171,7 @@ def _launch(kernel: JitKernel, args, kwargs, target_name):
     if _rt._current[0] is not None:
         raise NkiRuleError("jit.nested", name,
                            "a @nki.jit kernel was called inside another kernel; sub-kernels must not carry @nki.jit")
+    _check_language(kernel.func)  # what the 0.3.0 front end rejects, before anything runs
     buffer = SHARED_HBM if grid > 1 else PRIVATE_HBM
     inputs = []
     wargs = [_wrap_arg(a, buffer, inputs) for a in args]
