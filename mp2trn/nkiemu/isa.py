@@ -244,6 +244,27 @@ def _onchip(inst, **kw):
         if t.shape[0] > 128:
             raise NkiRuleError("partition.max", inst,
                                f"{arg} partition dimension {t.shape[0]} exceeds maximum 128", _shapes(**kw))
+        _partition_access(inst, arg, t, kw)
+
+
+#: (most partitions of an access, the start partitions it may use): trainium_inferentia2_arch.rst
+START_PARTITIONS = ((32, (0, 32, 64, 96)), (64, (0, 64)), (128, (0,)))
+
+
+def _partition_access(inst, arg, t, kw):
+    """Compute-engine operands read consecutive partitions (step 1) from an allowed start partition."""
+    start, step = t.partition_start, t.partition_step
+    if t.shape and t.shape[0] > 1 and step != 1:
+        raise NkiRuleError("partition.step", inst,
+                           f"{arg} steps over partitions by {step}; the partition access of an SBUF/PSUM pattern "
+                           "must be contiguous (nki-aps.rst)", _shapes(**kw))
+    n = t.shape[0] if t.shape else 1
+    allowed = next(starts for most, starts in START_PARTITIONS if n <= most)
+    if start not in allowed:
+        raise NkiRuleError("partition.start", inst,
+                           f"{arg} accesses {n} partitions starting at partition {start}; an access of ≤ 32 "
+                           "partitions may start at 0/32/64/96, ≤ 64 at 0/64, more only at 0 "
+                           "(trainium_inferentia2_arch.rst)", _shapes(**kw))
 
 
 def _pf(t):
@@ -394,6 +415,9 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if dst.buffer is not PSUM:
         raise NkiRuleError("nc_matmul.dst_psum", inst, f"dst must be in PSUM (is {dst.buffer.value})",
                            _shapes(dst=dst, stationary=stationary, moving=moving))
+    operands = {"dst": dst, "stationary": stationary, "moving": moving}
+    for arg, t in operands.items():
+        _partition_access(inst, arg, t, operands)
     K, M = _pf(stationary)
     Km, N = _pf(moving)
     if K > 128 or Km > 128:
@@ -695,7 +719,14 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
             raise NkiRuleError("tensor_scalar.scalar_engine_ops", inst,
                                "ScalarE tensor_scalar supports only (multiply, add), (multiply, None), (add, None)",
                                shapes)
+    if eng == "gpsimd" and (op0 is not nl.rsqrt or op1 is not None):
+        raise NkiRuleError("tensor_scalar.gpsimd_op", inst,
+                           "on the GpSimd engine tensor_scalar supports only op0=nl.rsqrt (no op1) (nki.isa."
+                           "tensor_scalar reference); run other operators on the Vector or Scalar engine", shapes)
     if bit0:
+        if eng != "vector":
+            raise NkiRuleError("tensor_scalar.bitvec_engine", inst,
+                               f"bitvec operators run only on the Vector engine (asked for {eng})", shapes)
         if not _dt.is_int(data.dtype):
             raise NkiRuleError("tensor_scalar.bitvec_dtype", inst, "bitvec operators need integer tiles", shapes)
         x = data._data.reshape(P, F)

@@ -95,6 +95,22 @@ class NkiTensor:
         return (self._data.__array_interface__["data"][0]
                 - self._alloc.base.__array_interface__["data"][0]) // self._data.itemsize
 
+    @property
+    def partition_start(self) -> int:
+        """First partition this view touches (on-chip tensors; 0 for HBM)."""
+        base = self._alloc.base
+        if self.buffer not in ONCHIP or not base.shape or base.strides[0] == 0:
+            return 0
+        return self.offset * self._data.itemsize // base.strides[0]
+
+    @property
+    def partition_step(self) -> int:
+        """Partitions between consecutive rows of this view (1 = contiguous)."""
+        base = self._alloc.base
+        if self.buffer not in ONCHIP or not self.shape or not base.shape or base.strides[0] == 0:
+            return 1
+        return self._data.strides[0] // base.strides[0] if self.shape[0] > 1 else 1
+
     def get_pattern(self):
         """Access pattern ``[[step, num], ...]`` (in elements) of this view."""
         isz = self._data.itemsize
@@ -210,9 +226,11 @@ class NkiTensor:
         if dtype is not None and _dt.normalize(dtype, "ap") != self.dtype:
             raise NkiUnsupportedError(".ap(dtype=...) reinterpretation is not emulated; use .view()")
         d = self._data
-        if not d.flags.c_contiguous:
+        if not d.flags.c_contiguous or self.offset != 0 or d.size != self._alloc.base.size:
             raise NkiRuleError("ap.indexed_tensor", "ap",
-                               ".ap cannot be applied to an already-indexed (strided) tile", {"tensor": self.shape})
+                               ".ap applies only to an unsliced nl.ndarray (nki-aps.rst), not to an indexed "
+                               "view; call it on the tensor itself and fold the slice into offset= and the pattern",
+                               {"tensor": self.shape})
         try:
             steps = [int(p[0]) for p in pattern]
             nums = [int(p[1]) for p in pattern]

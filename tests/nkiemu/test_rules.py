@@ -429,3 +429,63 @@ def test_errors_are_picklable():
     e = NkiCapacityError("capacity.sbuf", "nl.ndarray", "too big", {"new": (128, 4)})
     e2 = pickle.loads(pickle.dumps(e))
     assert type(e2) is NkiCapacityError and e2.rule == e.rule and str(e2) == str(e)
+
+
+# -- partition access of compute operands (trainium_inferentia2_arch.rst, nki-aps.rst) -------------------
+def _copy_rows(p0, p1, step=1):
+    def body():
+        src = sb((128, 4), value=1.0)
+        dst = sb((128, 4))
+        nisa.tensor_copy(dst=dst[p0:p1:step, :], src=src[p0:p1:step, :])
+    return body
+
+
+@pytest.mark.parametrize("p0,p1", [(16, 32), (1, 2), (97, 128), (32, 80), (32, 128), (16, 80)])
+def test_start_partition_rule(p0, p1):
+    raises("partition.start", _copy_rows(p0, p1))
+
+
+@pytest.mark.parametrize("p0,p1", [(0, 32), (32, 64), (96, 128), (64, 96), (0, 64), (64, 128), (0, 128), (32, 33)])
+def test_start_partition_rule_allowed(p0, p1):
+    run(_copy_rows(p0, p1))
+
+
+def test_start_partition_rule_applies_to_the_tensor_engine():
+    def body(start):
+        s, m = sb((128, 16), value=1.0), sb((128, 64), value=1.0)
+        d = ps((16, 64))
+        nisa.nc_matmul(d, s[start:start + 16, :], m[start:start + 16, :])
+    raises("partition.start", lambda: body(8))
+    run(lambda: body(32))
+
+
+def test_partition_step_must_be_contiguous():
+    raises("partition.step", _copy_rows(0, 128, 2))
+    run(_copy_rows(0, 64, 1))
+
+
+def test_gpsimd_tensor_scalar_is_rsqrt_only():
+    def body(op):
+        t, d = sb((128, 8), value=4.0), sb((128, 8))
+        nisa.tensor_scalar(dst=d, data=t, op0=op, operand0=0.0, engine=nisa.engine.gpsimd)
+    raises("tensor_scalar.gpsimd_op", lambda: body(nl.add))
+    run(lambda: body(nl.rsqrt))
+
+
+def test_bitvec_tensor_scalar_runs_on_the_vector_engine_only():
+    def body(eng):
+        t, d = sb((128, 8), nl.int32, 6), sb((128, 8), nl.int32)
+        nisa.tensor_scalar(dst=d, data=t, op0=nl.bitwise_and, operand0=3, engine=eng)
+    raises("tensor_scalar.bitvec_engine", lambda: body(nisa.engine.scalar))
+    raises("tensor_scalar.gpsimd_op", lambda: body(nisa.engine.gpsimd))
+    run(lambda: body(nisa.engine.vector))
+
+
+def test_ap_only_on_an_unsliced_ndarray():
+    def body(sliced):
+        t = sb((128, 8), value=1.0)
+        d = sb((64, 8))
+        src = t[0:64, :] if sliced else t
+        nisa.tensor_copy(dst=d, src=src.ap([[8, 64], [1, 8]]))
+    raises("ap.indexed_tensor", lambda: body(True))
+    run(lambda: body(False))
