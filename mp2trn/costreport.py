@@ -72,20 +72,22 @@ def cost_table(cost: dict[str, Any]) -> Table:
                  "busy% = engine busy / modeled time on trn1 (T tensor, V vector, S scalar, G gpsimd, D dma)"),
         caption_justify="left",
     )
-    for col, just in (("stage", "left"), ("launches", "right"), ("trn1 ms", "right"), ("trn2 ms", "right"),
-                      ("bound", "left"), ("TE%", "right"), ("busy%", "left")):
+    for col, just in (("stage", "left"), ("launches", "right"), ("compiles", "right"), ("trn1 ms", "right"),
+                      ("trn2 ms", "right"), ("bound", "left"), ("TE%", "right"), ("busy%", "left")):
         table.add_column(col, justify=just)
     for stage, entry in cost.get("stages", {}).items():
         t1, t2 = entry.get("trn1", {}), entry.get("trn2", {})
-        table.add_row(STAGE_NAMES.get(stage, stage), str(entry.get("launches", "")), _ms(t1.get("modeled_time_s", 0)),
-                      _ms(t2.get("modeled_time_s", 0)), str(t1.get("bottleneck", "")), _te(cost, t1), _util(t1))
+        table.add_row(STAGE_NAMES.get(stage, stage), str(entry.get("launches", "")), str(entry.get("compiles", "")),
+                      _ms(t1.get("modeled_time_s", 0)), _ms(t2.get("modeled_time_s", 0)), str(t1.get("bottleneck", "")),
+                      _te(cost, t1), _util(t1))
     tot = cost.get("total", {})
     if tot:
         t1, t2 = tot.get("trn1", {}), tot.get("trn2", {})
-        table.add_row("total", str(cost.get("launches", "")), _ms(t1.get("modeled_time_s", 0)),
-                      _ms(t2.get("modeled_time_s", 0)), "", _te(cost, t1), _util(t1), style="bold")
+        table.add_row("total", str(cost.get("launches", "")), str(cost.get("compiles", "")),
+                      _ms(t1.get("modeled_time_s", 0)), _ms(t2.get("modeled_time_s", 0)), "", _te(cost, t1), _util(t1),
+                      style="bold")
     for label, trn1, trn2 in summary_rows(cost):
-        table.add_row(label, "", trn1, trn2, "", "", "", style="dim")
+        table.add_row(label, "", "", trn1, trn2, "", "", "", style="dim")
     return table
 
 
@@ -107,9 +109,15 @@ def _measured_table(cost: dict[str, Any]) -> Table:
                   title_justify="left")
     table.add_column("stage")
     table.add_column("launches", justify="right")
+    table.add_column("compiles", justify="right")
     table.add_column("wall ms", justify="right")
     for stage, entry in cost.get("stages", {}).items():
-        table.add_row(STAGE_NAMES.get(stage, stage), str(entry.get("launches", "")), _ms(entry.get("wall_s", 0.0)))
+        table.add_row(STAGE_NAMES.get(stage, stage), str(entry.get("launches", "")), str(entry.get("compiles", "")),
+                      _ms(entry.get("wall_s", 0.0)))
+    cache = cost.get("compile_cache")
+    if cache:
+        table.caption = (f"compile cache {cache['directory']}: {cache['hits']} hits, {cache['misses']} misses "
+                         "(a miss is a NEFF compile)")
     return table
 
 

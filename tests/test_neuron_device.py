@@ -35,9 +35,12 @@ def test_neuron_unavailable_on_the_cli_is_one_line():
 
 
 @pytest.fixture
-def fake_xla(monkeypatch):
-    """Pretend torch-neuronx is there: an 'XLA device' that is the CPU; kernels run in the emulator."""
+def fake_xla(monkeypatch, tmp_path):
+    """Pretend torch-neuronx is there: an 'XLA device' that is the CPU; kernels run in the emulator.
+    The persistent compile cache lives in a temporary directory."""
     torch = pytest.importorskip("torch")
+    monkeypatch.setenv("MP2TRN_COMPILE_CACHE", str(tmp_path / "compile-cache"))
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", str(tmp_path / "compile-cache"))
     xm = types.ModuleType("torch_xla.core.xla_model")
     xm.xla_device = lambda: torch.device("cpu")
     xm.mark_step = lambda: None
@@ -78,3 +81,18 @@ def test_neuron_path_runs_the_same_kernels_and_plan_as_sim(fake_xla, precision):
     assert sorted(set(calls)) == sorted({"batched_gemm", "trsm", "mp2_energy"} if precision == "fp32"
                                         else {"batched_gemm_x3", "trsm_x3", "mp2_energy_x3"})
     assert pt.result.what_ran["device"] == "neuron"
+
+
+def test_neuron_compile_cache_counts_misses_then_hits(fake_xla):
+    """The first run compiles every signature (misses); the same molecule again finds them all (hits)."""
+    call, _ = fake_xla
+    mf = scf_for("water", "cc-pvdz")
+    reports = []
+    for _ in range(2):
+        dev = get_device("neuron", "fp32")
+        dev.launcher.call = call
+        reports.append(mp2trn.DFMP2(mf, device=dev).run().cost)
+    first, second = (r["compile_cache"] for r in reports)
+    assert first["misses"] == reports[0]["compiles"] > 0 and first["hits"] == 0
+    assert second["hits"] == reports[1]["compiles"] and second["misses"] == 0
+    assert reports[0]["compiles_by_stage"] == {"ao_to_mo": 1, "metric": 1, "pairs": 1}

@@ -30,7 +30,8 @@ CASES = {
 TIMING_KEYS = {"timings", "emulation_wall_s"}
 #: fields added since, on purpose: the SCF stage record (J/K device, precision per cycle), the
 #: modeled whole-run estimate in the cost report, two QCSchema properties, and the compile counts
-ADDED_KEYS = {"scf", "whole_run", "nuclear_repulsion_energy", "scf_iterations", "compiles", "compiles_by_stage"}
+ADDED_KEYS = {"scf", "whole_run", "nuclear_repulsion_energy", "scf_iterations", "compiles", "compiles_by_stage",
+              "compile_cache"}
 
 
 def _mask_versions(text: str) -> str:
@@ -67,4 +68,29 @@ def test_run_json_is_unchanged_by_the_redesign(name, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     before = json.loads((DATA / name).read_text())
     after = json.loads(out.read_text())
-    assert _compare(before, after, "$") == []
+    problems = [p for p in _compare(before, after, "$") if not _changed_on_purpose(name, p, before, after)]
+    assert problems == []
+
+
+#: changes made on purpose by later issues, per case: (path prefix, why). Issue 12 pads the metric
+#: stage's column chunks so both spin channels share one kernel signature (one NEFF compile): the
+#: beta chunk now carries zero columns, which the cost model prices (metric stage and totals), and the
+#: trsm kernel's plan for the wider chunk rounds the fp32 energies differently (checked below to 1e-8 Eh,
+#: far inside the sim device's fp32 tolerance of 1e-6 Eh).
+CHANGED_ON_PURPOSE = {
+    "run_hydroxyl_sim_before.json": ("$.extras.mp2trn.cost.stages.metric.", "$.extras.mp2trn.cost.total.",
+                                     "$.properties.mp2_", "$.extras.mp2trn.scs_mp2_"),
+}
+
+
+def _changed_on_purpose(name: str, problem: str, before, after) -> bool:
+    path = problem.split(":")[0]
+    if not path.startswith(CHANGED_ON_PURPOSE.get(name, ())):
+        return False
+    if "energy" not in path:
+        return True
+    keys = path[2:].split(".")
+    b, a = before, after
+    for k in keys:
+        b, a = b[k], a[k]
+    return abs(b - a) <= 1e-8

@@ -40,6 +40,12 @@ F32 = np.float32
 #: SBUF bytes per partition the kernels may plan with (nl.tile_size.total_available_sbuf_size × 0.85)
 SBUF_USABLE = {"trn1": 180224, "trn2": 212984}
 BLOCKS_ENV = "MP2TRN_NKI_BLOCKS"
+#: most distinct kernel signatures (NEFF compiles on Trainium) one run may use per stage, with the host's
+#: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per power-of-two factor width
+#: (initial guess ±, alpha, beta); ao_to_mo — per spin, the first block size and one larger one; metric —
+#: one column chunk per spin; pairs — diagonal and off-diagonal blocks per spin channel (αα, ββ, αβ).
+#: tests/test_compile_signatures.py holds runs of several sizes to it.
+SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6}
 MAX_BLOCK = 512   # per-pair sums of one i row fill at most one PSUM bank (512 fp32)
 
 
@@ -168,6 +174,7 @@ class NkiDevice(Device):
         self.launcher: Launcher = make_launcher(self.kind, target)
         self._linv_key = None
         self._linv = None
+        self._rows: dict[tuple, int] = {}   # the padded size of each bucketed dimension (see _bucket)
 
     # -- interface ----------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -187,12 +194,26 @@ class NkiDevice(Device):
     def cost_report(self) -> dict[str, Any] | None:
         return self.launcher.cost_report(self.precision)
 
+    # -- compile signatures: the host pads shapes so a run compiles few distinct kernels ----------------
+    def _bucket(self, key: tuple, n: int) -> int:
+        """The size to pad a dimension of ``n`` to: the largest seen so far under ``key`` in this run.
+
+        Blocks over the auxiliary index, metric column chunks and occupied blocks come in one full size
+        and a shorter last one; padding the short ones with zeros (which add nothing) keeps one kernel
+        signature — one NEFF compile on Trainium — per stage and spin channel (:data:`SIGNATURE_BOUND`).
+        """
+        size = max(self._rows.get(key, 0), n)
+        self._rows[key] = size
+        return size
+
     # -- the SCF's J/K builds (fp32 kernels; fp64 builds run on the host, see mp2trn.jk) -------------
     has_jk = True
     jk_precisions = ("fp32",)
 
     def jk_tensor(self, block, dtype):
-        return np.asarray(block, dtype=F32)     # (p, nao, nao): the kernels run fp32
+        p = block.shape[0]
+        rows = self._bucket(("scf_jk", block.shape[1]), p)
+        return _pad_rows(np.asarray(block, dtype=F32), rows)     # (rows, nao, nao): the kernels run fp32
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         from ..kernels.batched_gemm import batched_gemm
@@ -206,8 +227,11 @@ class NkiDevice(Device):
             eye = np.eye(nao, dtype=F32)      # C_vir = 1: batched_gemm's second half is TensorE's transpose
             for c, sign in factors:
                 for i0 in range(0, c.shape[1], MAX_BLOCK):
-                    co = np.ascontiguousarray(c[:, i0:i0 + MAX_BLOCK], dtype=F32)
-                    n = co.shape[1]
+                    part = c[:, i0:i0 + MAX_BLOCK]
+                    # zero columns add nothing to K: widths in powers of two (≥ 8) bound the signatures
+                    n = min(MAX_BLOCK, max(8, 1 << (part.shape[1] - 1).bit_length()))
+                    co = np.zeros((nao, n), dtype=F32)
+                    co[:, :part.shape[1]] = part
                     kw = {"group": self.plan.ao_group(nao, n, nao)}
                     z = self.launcher.launch("scf_jk", batched_gemm, (block, co, eye), kw)   # (p·n, nao)
                     vk += sign * lower_to_full(self.launcher.launch("scf_jk", syrk, (z,), {}))
@@ -223,7 +247,8 @@ class NkiDevice(Device):
         p, nao, _ = ao.shape
         no, nv = c_occ.shape[1], c_vir.shape[1]
         out = np.empty((p, no, nv), dtype=self.storage_dtype)
-        ao_planes = mode.split_operand(ao, axis=1, moving=False)     # grid per (P, μ) along ν
+        rows = self._bucket(("ao_to_mo", nao), p)                    # zero rows: the last, shorter block
+        ao_planes = mode.split_operand(_pad_rows(ao, rows), axis=1, moving=False)   # grid per (P, μ) along ν
         cv_planes = mode.split_operand(c_vir, axis=0, moving=True)
         for i0 in range(0, no, MAX_BLOCK):             # one launch per ≤512 occupied orbitals
             i1 = min(no, i0 + MAX_BLOCK)
@@ -231,7 +256,7 @@ class NkiDevice(Device):
             args = (*ao_planes, *co_planes, *cv_planes, *mode.grid_args(nao))
             kw = {"group": self.plan.ao_group(nao, i1 - i0, nv)}
             y = mode.combine(self.launcher.launch("ao_to_mo", self.kernels.ao_to_mo, args, kw))
-            out[:, i0:i1, :] = y.reshape(p, i1 - i0, nv)
+            out[:, i0:i1, :] = y.reshape(rows, i1 - i0, nv)[:p]
         return out
 
     # -- stage 2: B = L⁻¹ V --------------------------------------------------------------------------
@@ -247,20 +272,29 @@ class NkiDevice(Device):
 
     def metric_solve(self, l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
         naux, n = v.shape
-        mb, width = self.plan.metric_blocks(naux, n)
+        cols = self._bucket(("metric", naux), n)                     # zero columns: the last chunk
+        if cols > n:
+            v = np.concatenate([v, np.zeros((naux, cols - n), dtype=v.dtype)], axis=1)
+        mb, width = self.plan.metric_blocks(naux, cols)
         args = (*self._inverse_factor(l_chol), *self.mode.split_operand(v, axis=0, moving=True))
         out = self.launcher.launch("metric", self.kernels.metric, args, {"m_block": mb, "n_width": width})
-        return self.mode.combine(out)
+        return self.mode.combine(out)[:, :n]
 
     # -- stage 3: pair energies ----------------------------------------------------------------------
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
         mode = self.mode
         same = b_j is None
-        naux, ni, nva = b_i.shape
+        naux, ni0, nva = b_i.shape
+        nj0 = ni0 if same else b_j.shape[1]
+        # occupied blocks padded to the largest of their kind: zero B rows give T = 0 (nothing added);
+        # their orbital energy −1 Eh keeps every denominator finite
+        ni = self._bucket(("pairs_i", same, naux, nva), ni0)
+        b_i, e_i = _pad_occ(b_i, e_i, ni)
         bi = np.ascontiguousarray(b_i, dtype=self.storage_dtype).reshape(naux, ni * nva)
         if same:
             bj, e_j, ev_b = bi, e_i, ev_a
         else:
+            b_j, e_j = _pad_occ(b_j, e_j, self._bucket(("pairs_j", naux, b_j.shape[2]), nj0))
             bj = np.ascontiguousarray(b_j, dtype=self.storage_dtype).reshape(naux, -1)
         nj, nvb = len(e_j), len(ev_b)
         consts = (np.asarray(ev_a, dtype=F32).reshape(nva, 1),
@@ -269,12 +303,28 @@ class NkiDevice(Device):
         kw = {"exchange": bool(exchange), "same": same, "i_block": self.plan.i_block(naux, ni, nj, nva, nvb)}
         args = (*mode.split_operand(bi, axis=0, moving=False), *mode.split_operand(bj, axis=0, moving=True), *consts)
         out = self.launcher.launch("pairs", self.kernels.pairs, args, kw)
-        sums = [self.kernels.pair_sums(x, ni, nj) for x in (out if exchange else (out,))]
+        sums = [self.kernels.pair_sums(x, ni, nj)[:ni0, :nj0] for x in (out if exchange else (out,))]
         os_, xx = (sums[0], sums[1] if exchange else None)
         if same:
             os_ = np.triu(os_)
             xx = None if xx is None else np.triu(xx)
         return os_, xx
+
+
+def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
+    """``a`` with zero rows appended along axis 0 up to ``rows``."""
+    if a.shape[0] >= rows:
+        return a
+    return np.concatenate([a, np.zeros((rows - a.shape[0], *a.shape[1:]), dtype=a.dtype)])
+
+
+def _pad_occ(b: np.ndarray, e: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """B (naux, nocc, nv) and occupied energies padded to ``n`` orbitals (zero B, energy −1 Eh)."""
+    k = b.shape[1]
+    if k >= n:
+        return b, np.asarray(e)
+    pad = np.zeros((b.shape[0], n - k, b.shape[2]), dtype=b.dtype)
+    return np.concatenate([b, pad], axis=1), np.concatenate([np.asarray(e, dtype=np.float64), -np.ones(n - k)])
 
 
 class SimDevice(NkiDevice):

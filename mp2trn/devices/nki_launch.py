@@ -43,13 +43,63 @@ def _nki():
     return _nki
 
 
+class CompileCache:
+    """A persistent on-disk index of compiled kernel signatures (one small file per signature).
+
+    On ``neuron`` the directory is also handed to the Neuron compiler as its NEFF cache
+    (``NEURON_COMPILE_CACHE_URL``), so a signature seen before is a compile the next run skips; the
+    index is how mp2trn counts those hits and misses per stage. Default directory:
+    ``$MP2TRN_COMPILE_CACHE``, else ``~/.cache/mp2trn/neuron-compile-cache``.
+    """
+
+    ENV = "MP2TRN_COMPILE_CACHE"
+
+    def __init__(self, directory: str | os.PathLike | None = None):
+        from pathlib import Path
+
+        default = Path.home() / ".cache" / "mp2trn" / "neuron-compile-cache"
+        self.directory = Path(directory or os.environ.get(self.ENV) or default)
+        self.hits: dict[str, int] = defaultdict(int)
+        self.misses: dict[str, int] = defaultdict(int)
+
+    def key(self, signature: tuple, target: str) -> str:
+        import hashlib
+
+        from ..kernels import _nki
+
+        text = repr((signature, target, _nki.NKI_IMPL, getattr(_nki.nki, "__version__", "")))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def check(self, stage: str, signature: tuple, target: str) -> bool:
+        """True (a hit) when the signature was compiled before; records it otherwise (atomically)."""
+        path = self.directory / f"{self.key(signature, target)}.sig"
+        if path.exists():
+            self.hits[stage] += 1
+            return True
+        self.misses[stage] += 1
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(repr(signature) + "\n")
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only cache still counts; the compiler's own cache decides what is reused
+        return False
+
+    def report(self) -> dict[str, Any]:
+        return {"directory": str(self.directory), "hits": sum(self.hits.values()), "misses": sum(self.misses.values()),
+                "hits_by_stage": dict(self.hits), "misses_by_stage": dict(self.misses)}
+
+
 class Launcher:
-    """Base: counts launches per stage."""
+    """Base: counts launches per stage and distinct compile signatures (optionally against a
+    persistent :class:`CompileCache`)."""
 
     impl = "abstract"
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, cache: CompileCache | None = None):
         self.target = target
+        self.cache = cache
         self.launches: dict[str, int] = defaultdict(int)
         self.kernels: dict[str, set] = defaultdict(set)
         self.wall_s: dict[str, float] = defaultdict(float)
@@ -72,7 +122,11 @@ class Launcher:
             raise wrapped from exc
         self.launches[stage] += 1
         self.kernels[stage].add(name)
-        self.signatures[stage].add(compile_signature(name, args, kwargs))
+        signature = compile_signature(name, args, kwargs)
+        if signature not in self.signatures[stage]:
+            self.signatures[stage].add(signature)
+            if self.cache is not None:
+                self.cache.check(stage, signature, self.target)
         self.wall_s[stage] += time.perf_counter() - t0
         return out
 
@@ -93,6 +147,14 @@ class Launcher:
 
     def cost_report(self, precision: str) -> dict[str, Any] | None:
         return None
+
+    def compile_record(self) -> dict[str, Any]:
+        """Distinct signatures per stage and in all, and the persistent cache's hits/misses when there is one."""
+        out: dict[str, Any] = {"compiles": self.total_compiles,
+                               "compiles_by_stage": {s: len(v) for s, v in self.signatures.items()}}
+        if self.cache is not None:
+            out["compile_cache"] = self.cache.report()
+        return out
 
 
 class EmulatorLauncher(Launcher):
@@ -131,6 +193,7 @@ class EmulatorLauncher(Launcher):
             if not traces:
                 continue
             entry = {"kernels": sorted(self.kernels[stage]), "launches": len(traces),
+                     "compiles": len(self.signatures[stage]),
                      "emulation_wall_s": sum(tr.wall_s for tr in traces)}
             for t in TARGETS:
                 rep = CostReport(traces, t)
@@ -168,8 +231,7 @@ class EmulatorLauncher(Launcher):
             "precision": precision,
             "launches": self.total_launches,
             "launches_by_stage": {s: e["launches"] for s, e in stages.items()},
-            "compiles": self.total_compiles,
-            "compiles_by_stage": {s: len(self.signatures[s]) for s in stages},
+            **self.compile_record(),
             "stages": stages,
             "total": total,
             "emulation_wall_s": sum(e["emulation_wall_s"] for e in stages.values()),
@@ -234,8 +296,11 @@ class NeuronLauncher(Launcher):
 
     impl = "real"
 
-    def __init__(self, target: str):
-        super().__init__(target)
+    def __init__(self, target: str, cache: CompileCache | None = None):
+        cache = cache or CompileCache()
+        super().__init__(target, cache)
+        # the Neuron compiler keeps its NEFFs in the same directory (its persistent compile cache)
+        os.environ.setdefault("NEURON_COMPILE_CACHE_URL", str(cache.directory))
         import torch
         import torch_xla.core.xla_model as xm
 
@@ -282,7 +347,9 @@ class NeuronLauncher(Launcher):
             "precision": precision,
             "launches": self.total_launches,
             "launches_by_stage": dict(self.launches),
-            "stages": {s: {"kernels": sorted(self.kernels[s]), "launches": n, "wall_s": self.wall_s[s]}
+            **self.compile_record(),
+            "stages": {s: {"kernels": sorted(self.kernels[s]), "launches": n, "compiles": len(self.signatures[s]),
+                           "wall_s": self.wall_s[s]}
                        for s, n in self.launches.items()},
         }
 
