@@ -10,8 +10,9 @@ EPS32 = 2.0 ** -24
 
 
 def run(kernel, *args, target="trn1", **kwargs):
-    """Launch ``kernel`` in the emulator for ``target``; returns (outputs, cost report)."""
-    out = nki.simulate(kernel, target=target)(*args, **kwargs)
+    """Launch ``kernel`` in the emulator for ``target`` in strict capacity mode (our kernels must never
+    spill); returns (outputs, cost report)."""
+    out = nki.simulate(kernel, target=target, strict=True)(*args, **kwargs)
     return out, nki.last_report()
 
 

@@ -171,7 +171,7 @@ class EmulatorLauncher(Launcher):
 
     def _run(self, stage, kernel, args, kwargs):
         with self._emu.profile() as prof:
-            out = self._emu.simulate(kernel, target=self.target)(*args, **kwargs)
+            out = self._emu.simulate(kernel, target=self.target, strict=True)(*args, **kwargs)
         self.traces[stage].extend(prof.launches)
         return out
 

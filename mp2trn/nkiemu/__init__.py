@@ -29,6 +29,7 @@ import contextlib
 import functools
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -41,7 +42,8 @@ from .frontend import check_kernel as _check_language
 from . import typing  # noqa: F401
 from .cost import CostParams, CostReport, Profile, set_cost_params, default_params  # noqa: F401
 from .errors import (NkiCapacityError, NkiError, NkiRemovedAPIError, NkiRuleError,  # noqa: F401
-                     NkiUnsupportedError)
+                     NkiSpillWarning, NkiUnsupportedError)
+from .memory import spill_analysis
 from .targets import TARGETS, current_target, get_target, set_default_target, target  # noqa: F401
 from .tensor import NkiTensor, wrap_input, SHARED_HBM, PRIVATE_HBM
 
@@ -58,14 +60,25 @@ _last = [None]
 _profiles: list = []
 
 
+#: strict capacity mode by default? (False: SBUF overflow spills, as the compiler does, and warns)
+_strict_default = [False]
+
+
+def set_strict(strict: bool) -> bool:
+    """Make strict SBUF capacity (refuse instead of spilling) the default for launches; returns the old value."""
+    old, _strict_default[0] = _strict_default[0], bool(strict)
+    return old
+
+
 class JitKernel:
     """A ``@nki.jit`` kernel. Call it with NumPy arrays; ``kernel[2](...)`` launches an LNC=2 grid."""
 
-    def __init__(self, func, grid=None, parent=None, target=None):
+    def __init__(self, func, grid=None, parent=None, target=None, strict=None):
         self.func = func
         self.grid = grid
         self._parent = parent
         self._target = target
+        self._strict = strict
         self.last_report = None
         functools.update_wrapper(self, func)
 
@@ -76,10 +89,10 @@ class JitKernel:
             grid = grid[0]
         if not isinstance(grid, (int, np.integer)) or isinstance(grid, bool):
             raise NkiRuleError("lnc.grid", "kernel[...]", f"the launch grid must be an int, got {grid!r}")
-        return JitKernel(self.func, int(grid), parent=self, target=self._target)
+        return JitKernel(self.func, int(grid), parent=self, target=self._target, strict=self._strict)
 
     def __call__(self, *args, **kwargs):
-        return _launch(self, args, kwargs, self._target)
+        return _launch(self, args, kwargs, self._target, self._strict)
 
     def _set_report(self, rep):
         k = self
@@ -106,14 +119,16 @@ def jit(func=None, mode="auto", **kwargs):
     return JitKernel(func)
 
 
-def simulate(kernel, target=None):
+def simulate(kernel, target=None, strict=None):
     """``nki.simulate(kernel)(*numpy_arrays)`` -> NumPy results. ``target=`` ("trn1", "trn2", "trn3")
-    selects the generation for this call (an emulator extension; the real API uses the env var)."""
+    selects the generation for this call (an emulator extension; the real API uses the env var).
+    ``strict=True`` refuses SBUF overflow instead of modelling the compiler's spills (emulator extension;
+    None: :func:`set_strict`'s default, False unless changed)."""
     if not isinstance(kernel, JitKernel):
         kernel = JitKernel(kernel)
 
     def run(*args, **kwargs):
-        return _launch(kernel, args, kwargs, target)
+        return _launch(kernel, args, kwargs, target, strict)
 
     functools.update_wrapper(run, kernel.func)
     run.kernel = kernel
@@ -160,7 +175,7 @@ def _unwrap(out, inst):
     return out
 
 
-def _launch(kernel: JitKernel, args, kwargs, target_name):
+def _launch(kernel: JitKernel, args, kwargs, target_name, strict=None):
     T = get_target(target_name) if target_name is not None else current_target()
     grid = kernel.grid or 1
     name = kernel.func.__name__
@@ -176,7 +191,8 @@ def _launch(kernel: JitKernel, args, kwargs, target_name):
     inputs = []
     wargs = [_wrap_arg(a, buffer, inputs) for a in args]
     wkw = {k: _wrap_arg(v, buffer, inputs) for k, v in kwargs.items()}
-    launch = _rt.Launch(T, name, grid)
+    strict = _strict_default[0] if strict is None else bool(strict)
+    launch = _rt.Launch(T, name, grid, strict=strict)
     prev = _rt.set_current(launch)
     t0 = time.perf_counter()
     try:
@@ -194,9 +210,18 @@ def _launch(kernel: JitKernel, args, kwargs, target_name):
     for a in inputs:
         if a.written and a.orig is not None:
             a.orig[...] = a.base
-    trace = _cost.LaunchTrace(name, T.name, launch.records, grid,
-                              max(m.sbuf_peak for m in launch.mems),
-                              max(m.psum_peak_banks for m in launch.mems), wall)
+    spills = [spill_analysis(m, launch.records, pid) for pid, m in enumerate(launch.mems)]
+    worst = max(spills, key=lambda s: s.peak)
+    if worst.over:
+        warnings.warn(NkiSpillWarning(
+            f"kernel {name}: live SBUF peaks at {worst.peak} B/partition, {worst.over} over the {worst.capacity} "
+            f"available on {T.name}; the compiler would spill: {sum(s.save_bytes for s in spills)} B saved to HBM, "
+            f"{sum(s.reload_bytes for s in spills)} B reloaded (spill_save_bytes/spill_reload_bytes; priced as "
+            f"DMA in the cost model); tiles spilled: {', '.join(worst.spilled[:6]) or '-'}"), stacklevel=3)
+    trace = _cost.LaunchTrace(name, T.name, launch.records, grid, worst.peak,
+                              max(m.psum_peak_banks for m in launch.mems), wall,
+                              sum(s.save_bytes for s in spills), sum(s.reload_bytes for s in spills),
+                              sum(s.spill_events for s in spills))
     rep = CostReport([trace], T)
     kernel._set_report(rep)
     _last[0] = rep

@@ -93,9 +93,14 @@ def instruction_seconds(engine: str, params: tuple, target: Target, prm: CostPar
 class LaunchTrace:
     """What one kernel launch executed (target-independent)."""
 
-    __slots__ = ("kernel", "target", "records", "grid", "peak_sbuf_bytes", "peak_psum_banks", "wall_s")
+    __slots__ = ("kernel", "target", "records", "grid", "peak_sbuf_bytes", "peak_psum_banks", "wall_s",
+                 "spill_save_bytes", "spill_reload_bytes", "spill_events")
 
-    def __init__(self, kernel, target, records, grid=1, peak_sbuf_bytes=0, peak_psum_banks=0, wall_s=0.0):
+    def __init__(self, kernel, target, records, grid=1, peak_sbuf_bytes=0, peak_psum_banks=0, wall_s=0.0,
+                 spill_save_bytes=0, spill_reload_bytes=0, spill_events=0):
+        self.spill_save_bytes = spill_save_bytes        # modeled compiler spills (memory.spill_analysis)
+        self.spill_reload_bytes = spill_reload_bytes
+        self.spill_events = spill_events
         self.kernel = kernel
         self.target = target
         self.records = records
@@ -155,6 +160,13 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
             end_all = t1
         if tl is not None:
             tl.append((ek, name, t0, t1))
+    spill_bytes = tr.spill_save_bytes + tr.spill_reload_bytes
+    if spill_bytes:  # spills and refills: DMA over all queues, stalling the engines that wait for the data
+        d = tr.spill_events * prm.dma_fixed_s + spill_bytes / (nq * target.dma_queue_bw)
+        busy["dma"] += d
+        end_all += d
+        if tl is not None:
+            tl.append(("dma", "spill", end_all - d, end_all))
     return dict(busy), end_all, tl
 
 
@@ -292,6 +304,16 @@ class CostReport:
         return max((tr.peak_sbuf_bytes for tr in self.launches), default=0)
 
     @property
+    def spill_save_bytes(self) -> int:
+        """Bytes the compiler would save from SBUF to HBM (modeled spills; neuron-profile's spill_save_bytes)."""
+        return sum(tr.spill_save_bytes for tr in self.launches)
+
+    @property
+    def spill_reload_bytes(self) -> int:
+        """Bytes reloaded from HBM into SBUF after spills (neuron-profile's spill_reload_bytes)."""
+        return sum(tr.spill_reload_bytes for tr in self.launches)
+
+    @property
     def peak_psum_bytes(self) -> int:
         return max((tr.peak_psum_banks for tr in self.launches), default=0) * self.target.psum_bank_bytes
 
@@ -349,6 +371,8 @@ class CostReport:
             "bytes_sbuf_to_hbm": s2h,
             "bytes_dma_other": other,
             "peak_sbuf_bytes_per_partition": self.peak_sbuf_bytes,
+            "spill_save_bytes": self.spill_save_bytes,
+            "spill_reload_bytes": self.spill_reload_bytes,
             "sbuf_capacity_bytes_per_partition": self.target.sbuf_usable_bytes,
             "peak_psum_bytes_per_partition": self.peak_psum_bytes,
             "per_kernel": self.per_kernel(),

@@ -18,6 +18,7 @@ __all__ = [
     "NkiCapacityError",
     "NkiRemovedAPIError",
     "NkiUnsupportedError",
+    "NkiSpillWarning",
 ]
 
 
@@ -52,3 +53,8 @@ class NkiRemovedAPIError(NkiRuleError):
 
 class NkiUnsupportedError(NkiError, NotImplementedError):
     """A legal NKI feature that this emulator does not implement (raised instead of guessing)."""
+
+
+class NkiSpillWarning(UserWarning):
+    """Live SBUF data of a kernel overflowed the capacity: the compiler would spill to HBM and refill
+    (memory-hierarchy-overview.rst); the emulator models the traffic and warns (strict mode raises)."""

@@ -1,17 +1,21 @@
 """On-chip memory accounting: SBUF bytes per partition and PSUM banks, per target generation.
 
 Every SBUF/PSUM tensor created by ``nl.ndarray``/``zeros``/... is one :class:`Allocation`. Views
-(slices, ``.reshape``, ``.ap``) share it. An allocation is *live* from creation until the last
-``NkiTensor`` referring to it is garbage-collected (CPython reference counting frees a per-iteration
-tile when the loop variable is rebound, so a tiled loop does not accumulate). Capacity is checked at
-allocation time against the generation's limits:
+(slices, ``.reshape``, ``.ap``) share it.
 
-* SBUF: the sum over live allocations of (free-size bytes per partition) must stay within
-  ``nl.tile_size.total_available_sbuf_size`` (180224 B trn1, 212984 B trn2, 245752 B trn3).
+* SBUF: an allocation is *live* from its creation to its last use by an instruction, as the compiler
+  sees it. If the live bytes per partition exceed ``nl.tile_size.total_available_sbuf_size`` (180224 B
+  trn1, 212984 B trn2, 245752 B trn3) the compiler inserts spills and refills to HBM
+  (get-started/about/memory-hierarchy-overview.rst): :func:`spill_analysis` replays the launch with the
+  furthest-next-use eviction rule, counts the bytes saved and reloaded (neuron-profile's
+  ``spill_save_bytes`` / ``spill_reload_bytes``), the cost model prices them as DMA, and the launch
+  warns (:class:`~.errors.NkiSpillWarning`). A single tile larger than a partition's SBUF, or the
+  operands of one instruction not fitting together, are errors. **Strict mode** (``simulate(...,
+  strict=True)``, used for mp2trn's own kernels, which must never spill) refuses at allocation time
+  when the tiles still referenced exceed the capacity (:class:`NkiCapacityError`).
 * PSUM: 8 banks x 2 KiB per partition. An allocation takes ``ceil(bytes/2048)`` whole, consecutive banks
-  starting at a bank boundary (first fit).
-
-Exceeding either raises :class:`NkiCapacityError` listing the largest live allocations.
+  starting at a bank boundary (first fit), for as long as a Python reference to it exists; running out
+  of banks is an error (accumulators have fixed banks; the emulator does not model PSUM spills).
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ import gc
 
 import numpy as np
 
+from collections import defaultdict
+from dataclasses import dataclass, field
+
 from .errors import NkiCapacityError
 
-__all__ = ["Memory", "Allocation"]
+__all__ = ["Memory", "Allocation", "SpillResult", "spill_analysis"]
 
 _uid = [0]
 
@@ -65,8 +72,11 @@ class Allocation:
 class Memory:
     """SBUF/PSUM accounting of one NeuronCore during one kernel launch."""
 
-    def __init__(self, target):
+    def __init__(self, target, strict=False, clock=None):
         self.target = target
+        self.strict = strict
+        self.clock = clock or (lambda: 0)   # index of the next instruction record
+        self.intervals = {}                 # uid -> (first record index, bytes/partition, partitions, name, shape)
         self.sbuf_live = 0
         self.sbuf_peak = 0
         self.psum_owner = [None] * target.psum_banks  # bank -> (uid, name, shape)
@@ -76,14 +86,20 @@ class Memory:
     # -- SBUF ---------------------------------------------------------------------------------------
     def alloc_sbuf(self, alloc: Allocation, nbytes: int, inst: str):
         cap = self.target.sbuf_usable_bytes
-        if self.sbuf_live + nbytes > cap:
+        if nbytes > cap:
+            raise NkiCapacityError(
+                "capacity.sbuf_tile", inst,
+                f"'{alloc.name or 'tensor'}' needs {nbytes} B/partition, more than the {cap} B/partition of SBUF "
+                f"on {self.target.name}: no spill can hold one tile larger than a partition", {"new": alloc.shape})
+        self.intervals[alloc.uid] = (self.clock(), nbytes, alloc.shape[0], alloc.name, alloc.shape)
+        if self.strict and self.sbuf_live + nbytes > cap:
             gc.collect()  # reference cycles may hold dead tiles
-        if self.sbuf_live + nbytes > cap:
+        if self.strict and self.sbuf_live + nbytes > cap:
             raise NkiCapacityError(
                 "capacity.sbuf", inst,
                 f"allocating {nbytes} B/partition for '{alloc.name or 'tensor'}' would make live SBUF "
                 f"{self.sbuf_live + nbytes} B/partition, over the {cap} B/partition available on "
-                f"{self.target.name} (live: {self._describe('sbuf')})",
+                f"{self.target.name} (live: {self._describe('sbuf')}; strict mode: the compiler would spill)",
                 {"new": alloc.shape})
         self.sbuf_live += nbytes
         if self.sbuf_live > self.sbuf_peak:
@@ -158,3 +174,104 @@ class Memory:
     @property
     def psum_peak_bytes(self) -> int:
         return self.psum_peak_banks * self.target.psum_bank_bytes
+
+
+@dataclass
+class SpillResult:
+    """Peak live SBUF by last use (bytes/partition) and the spill traffic it implies (total bytes)."""
+
+    peak: int = 0
+    capacity: int = 0
+    save_bytes: int = 0
+    reload_bytes: int = 0
+    spill_events: int = 0
+    spilled: list = field(default_factory=list)   # names of the tiles spilled at least once
+
+    @property
+    def over(self) -> int:
+        return max(0, self.peak - self.capacity)
+
+
+def spill_analysis(mem: "Memory", records, core: int = 0) -> SpillResult:
+    """Replay a launch's SBUF tiles with liveness from creation to last use; when the live bytes exceed
+    the capacity, evict the tiles (not used by the current instruction) whose next use is furthest,
+    saving them to HBM if they hold data, and reload them before an instruction reads them again."""
+    cap = mem.target.sbuf_usable_bytes
+    iv = mem.intervals
+    uses = defaultdict(list)                     # uid -> [(t, reads)]
+    for t, rec in enumerate(records):
+        if rec[5] != core:
+            continue
+        for u in rec[3]:
+            if u in iv:
+                uses[u].append((t, True))
+        for u in rec[4]:
+            if u in iv:
+                uses[u].append((t, False))
+    iv = {u: v for u, v in iv.items() if uses[u]}   # a tile no instruction touches is dropped by the compiler
+    last = {u: max([iv[u][0]] + [t for t, _ in uses[u]]) for u in iv}
+    delta = defaultdict(int)
+    for u, (start, nb, *_rest) in iv.items():
+        delta[start] += nb
+        delta[last[u] + 1] -= nb
+    peak = live = 0
+    for t in sorted(delta):
+        live += delta[t]
+        peak = max(peak, live)
+    res = SpillResult(peak=peak, capacity=cap)
+    if peak <= cap:
+        return res
+    starts = defaultdict(list)
+    for u, (start, *_rest) in iv.items():
+        starts[start].append(u)
+    used_at = defaultdict(list)
+    for u, lst in uses.items():
+        for t, reads in lst:
+            used_at[t].append((u, reads))
+    pos = {u: 0 for u in iv}
+    resident, written, spilled = {}, set(), set()
+    nbytes = {u: iv[u][1] for u in iv}
+    total = {u: iv[u][1] * iv[u][2] for u in iv}
+    size = 0
+    for t in sorted(set(starts) | set(used_at)):
+        for u in starts.get(t, ()):
+            resident[u] = True
+            size += nbytes[u]
+        needed = {u for u, _ in used_at.get(t, ())}
+        for u, reads in used_at.get(t, ()):
+            if u not in resident:                # refill before use (a pure write needs only the space)
+                resident[u] = True
+                size += nbytes[u]
+                if reads and u in written:
+                    res.reload_bytes += total[u]
+                    res.spill_events += 1
+        while size > cap:
+            victims = [u for u in resident if u not in needed]
+            if not victims:
+                raise NkiCapacityError(
+                    "capacity.sbuf", f"instruction {t}",
+                    f"the operands of one instruction need {size} B/partition of SBUF, over the {cap} available "
+                    f"on {mem.target.name}; no spill can help")
+            far = max(victims, key=lambda v: _next_use(uses[v], pos[v], t))
+            del resident[far]
+            size -= nbytes[far]
+            if far in written:
+                res.save_bytes += total[far]
+                res.spill_events += 1
+            spilled.add(iv[far][3] or f"tile{far}")
+        for u, reads in used_at.get(t, ()):
+            if not reads:
+                written.add(u)
+            while pos[u] < len(uses[u]) and uses[u][pos[u]][0] <= t:
+                pos[u] += 1
+        for u in [u for u in resident if last[u] <= t]:
+            del resident[u]
+            size -= nbytes[u]
+    res.spilled = sorted(spilled)
+    return res
+
+
+def _next_use(lst, p, t) -> float:
+    while p < len(lst) and lst[p][0] <= t:
+        p += 1
+    return lst[p][0] if p < len(lst) else float("inf")

@@ -16,11 +16,11 @@ class Launch:
     __slots__ = ("target", "mems", "mem", "records", "program_id", "num_programs", "kernel_name",
                  "regs", "detached", "shared", "shared_idx")
 
-    def __init__(self, target, kernel_name="<detached>", num_programs=1, detached=False):
+    def __init__(self, target, kernel_name="<detached>", num_programs=1, detached=False, strict=False):
         self.target = target
         self.kernel_name = kernel_name
         self.num_programs = num_programs
-        self.mems = [Memory(target) for _ in range(num_programs)]
+        self.mems = [Memory(target, strict, clock=self._clock) for _ in range(num_programs)]
         self.program_id = 0
         self.mem = self.mems[0]
         self.records = []
@@ -28,6 +28,9 @@ class Launch:
         self.detached = detached
         self.shared = []      # shared_hbm tensors of program 0 (LNC: same allocation order -> same tensor)
         self.shared_idx = 0
+
+    def _clock(self) -> int:
+        return len(self.records)
 
     def set_program(self, pid: int):
         self.program_id = pid

@@ -7,6 +7,13 @@ matrix_multiplication). All compute ``result[M, N] = lhsT[K, M].T @ rhs[K, N]``.
 4. ``mm_block_free``    blocks of TILES_M x TILES_N output tiles share their operand loads
 5. ``mm_blocked``       all three dims blocked; each operand block arrives in ONE dma_copy through an
                         access pattern; K blocks accumulate in SBUF (fp32) as PSUM has only 8 banks
+6. ``mm_tiles_in_loops`` the optimization guide's last step with its allocation pattern: the result
+                        M tiles of one N block are allocated (and zeroed) inside the N loop and stay
+                        live through the K loop; the operand block tiles are allocated inside the K
+                        loop; accumulation in the result's dtype. Its live SBUF per partition is
+                        (M/128)·TILES_N·512 + TILES_K·TILES_N·512 + TILES_K·TILES_M·128 elements
+                        (fp32 at M=4096, TILES 16/2/8: 229,376 B — over trn1's 180,224, so the
+                        compiler spills; bf16: 114,688 B)
 """
 import nki
 import nki.isa as nisa
@@ -155,6 +162,41 @@ def mm_blocked(lhsT, rhs, TILES_M=16, TILES_N=2, TILES_K=8):
         for r in nl.affine_range(NBM * TILES_M):
             nisa.tensor_copy(dst=out_row, src=acc[:, r, :])
             nisa.dma_copy(dst=result[r * TM:(r + 1) * TM, nb * BN:(nb + 1) * BN], src=out_row)
+    return result
+
+
+@nki.jit
+def mm_tiles_in_loops(lhsT, rhs, TILES_M=16, TILES_N=2, TILES_K=8):
+    K, M, N, TK, TM, TN = _tiles(lhsT, rhs)
+    BM, BN, BK = TM * TILES_M, TN * TILES_N, TK * TILES_K
+    assert M % BM == 0 and N % BN == 0 and K % BK == 0
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    for nb in nl.affine_range(N // BN):
+        out_tiles = []                                   # one (TM, TILES_N, TN) tile per M tile, live all K
+        for _ in nl.affine_range(M // TM):
+            t = nl.ndarray((TM, TILES_N, TN), dtype=result.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=0.0)
+            out_tiles.append(t)
+        for kb in nl.sequential_range(K // BK):
+            b_blk = nl.ndarray((TK, TILES_K, BN), dtype=rhs.dtype, buffer=nl.sbuf)
+            for t in range(TILES_K):
+                r0 = kb * BK + t * TK
+                nisa.dma_copy(dst=b_blk[:, t, :], src=rhs[r0:r0 + TK, nb * BN:(nb + 1) * BN])
+            for mb in nl.affine_range(M // BM):
+                a_blk = nl.ndarray((TK, TILES_K, BM), dtype=lhsT.dtype, buffer=nl.sbuf)
+                for t in range(TILES_K):
+                    r0 = kb * BK + t * TK
+                    nisa.dma_copy(dst=a_blk[:, t, :], src=lhsT[r0:r0 + TK, mb * BM:(mb + 1) * BM])
+                for i in nl.affine_range(TILES_M):
+                    for j in nl.affine_range(TILES_N):
+                        ps = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
+                        for t in nl.affine_range(TILES_K):
+                            nisa.nc_matmul(dst=ps, stationary=a_blk[:, t, i * TM:(i + 1) * TM],
+                                           moving=b_blk[:, t, j * TN:(j + 1) * TN])
+                        dst = out_tiles[mb * TILES_M + i][:, j, :]
+                        nisa.tensor_tensor(dst=dst, data1=dst, data2=ps, op=nl.add)
+        for r, t in enumerate(out_tiles):
+            nisa.dma_copy(dst=result[r * TM:(r + 1) * TM, nb * BN:(nb + 1) * BN], src=t.reshape((TM, BN)))
     return result
 
 
