@@ -1021,17 +1021,38 @@ def _vector_unary(dst, src, op, inst, values=None, n_inputs=1, extra_reads=()):
                          (src._alloc.uid,) + tuple(t._alloc.uid for t in extra_reads), (dst._alloc.uid,))
 
 
-_NOT_EMULATED = {"dma_transpose", "dma_compute", "bn_stats", "bn_aggr", "scalar_tensor_tensor",
-                 "tensor_tensor_scan", "tensor_copy_predicated", "select_reduce", "range_select",
-                 "nc_n_gather", "local_gather", "nc_stream_shuffle", "nc_find_index8", "nc_match_replace8",
-                 "nc_matmul_mx", "quantize_mx", "exponential", "register_alloc", "register_load",
-                 "register_store", "register_move", "sendrecv", "core_barrier", "dropout", "max8",
-                 "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "rand2", "iota_dynamic"}
+from .isa_vector import *  # noqa: E402,F401,F403  (the instructions of isa_vector.py are part of nki.isa)
+
+#: instructions of the 0.3.0 reference the emulator does not implement, and why (docs/emulator.md)
+NOT_EMULATED = {
+    "dma_compute": "DMA-engine arithmetic on HBM (reduce-while-copy); not used by the kernels modeled here",
+    "nc_n_gather": "gathers with dynamic (tensor-valued) indices: dynamic indexing is not emulated",
+    "local_gather": "GpSimd gathers with dynamic (tensor-valued) indices: dynamic indexing is not emulated",
+    "nc_stream_shuffle": "cross-partition shuffles through the stream network: layout not documented enough",
+    "nonzero_with_count": "data-dependent output sizes (dynamic shapes) are not emulated",
+    "sequence_bounds": "data-dependent segment bounds for dynamic loops, which the emulator does not run",
+    "nc_matmul_mx": "microscaling (MX) fp8/fp4 matmul of NeuronCore-v4: MX block formats not emulated",
+    "quantize_mx": "microscaling (MX) quantisation of NeuronCore-v4: MX block formats not emulated",
+    "register_alloc": "engine registers drive dynamic control flow, which the emulator does not run",
+    "register_load": "engine registers drive dynamic control flow, which the emulator does not run",
+    "register_store": "engine registers drive dynamic control flow, which the emulator does not run",
+    "register_move": "engine registers drive dynamic control flow, which the emulator does not run",
+    "dropout": "needs the hardware random-number state (bit-exact streams are not documented)",
+    "rng": "random-number state of the engines: bit-exact streams are not documented",
+    "rand2": "random-number state of the engines: bit-exact streams are not documented",
+    "rand_get_state": "random-number state of the engines: bit-exact streams are not documented",
+    "rand_set_state": "random-number state of the engines: bit-exact streams are not documented",
+    "set_rng_seed": "random-number state of the engines: bit-exact streams are not documented",
+    "sendrecv": "collective communication between NeuronCores: one core is emulated",
+    "core_barrier": "synchronisation between NeuronCores: one core is emulated",
+}
+_NOT_EMULATED = set(NOT_EMULATED) | {"tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "iota_dynamic"}
 
 
 def __getattr__(name):
     if name in _NOT_EMULATED:
         def _missing(*a, **k):
-            raise NkiUnsupportedError(f"nisa.{name} exists in NKI 0.3.0 but is not implemented by the emulator")
+            raise NkiUnsupportedError(f"nisa.{name} exists in NKI 0.3.0 but is not implemented by the emulator: "
+                                      f"{NOT_EMULATED.get(name, 'not in the 0.3.0 reference')}")
         return _missing
     raise AttributeError(f"module 'nki.isa' (emulated) has no attribute {name!r}")

@@ -384,8 +384,8 @@ def test_setitem_is_rejected():
 
 
 def test_unimplemented_apis_say_so():
-    with pytest.raises(nki.NkiUnsupportedError):
-        nisa.bn_stats(None, None)
+    with pytest.raises(nki.NkiUnsupportedError, match="random-number state"):
+        nisa.rand2(None, None)
     with pytest.raises(AttributeError):
         nisa.not_an_instruction  # noqa: B018
 
