@@ -292,7 +292,26 @@ def _row_buffers(atiles, ncols, exchange):
     return res_os, res_x
 
 
-def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, rowsums=False):
+def _broadcast_row(dst, src, offset, n, ones_row, dma):
+    """dst[p, :] = src[offset:offset + n] (HBM, row-major) for every partition p of ``dst`` (PMAX, n).
+
+    ``dma``: one DMA whose partition step is 0 (reads the HBM row PMAX times; legal for HBM sources, as
+    AWS's nki-library does). Otherwise the documented fallback: the row loaded once into one partition
+    and spread by TensorE, ones(1, PMAX)ᵀ · row(1, n) with ``is_stationary_onezero`` (exact: one product
+    per element), then copied out of PSUM."""
+    if dma:
+        nisa.dma_copy(dst=dst, src=src.ap([[0, PMAX], [1, n]], offset=offset))
+        return
+    row = nl.ndarray((1, n), dtype=nl.float32, buffer=nl.sbuf, name="bcast_row")
+    nisa.dma_copy(dst=row, src=src.ap([[n, 1], [1, n]], offset=offset))
+    for c0, csz in tiles(n, NFMAX):
+        ps = nl.ndarray((PMAX, csz), dtype=nl.float32, buffer=nl.psum, name="bcast_ps")
+        nisa.nc_matmul(dst=ps, stationary=ones_row, moving=row[:, c0:c0 + csz], is_stationary_onezero=True)
+        nisa.tensor_copy(dst=dst[:, c0:c0 + csz], src=ps)
+
+
+def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, rowsums=False,
+          broadcast_dma=True):
     naux, ncol_i = bi_planes[0].shape
     nva = ev_a.shape[0]
     nI = ncol_i // nva
@@ -322,8 +341,10 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
     # launch constants: ones column, (ε_a − e_i) bias columns per a tile
     ones = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf, name="ones")
     nisa.memset(dst=ones, value=1.0)
+    ones_row = nl.ndarray((1, PMAX), dtype=nl.float32, buffer=nl.sbuf, name="ones_row")
+    nisa.memset(dst=ones_row, value=1.0)
     nei = nl.ndarray((PMAX, nI), dtype=nl.float32, buffer=nl.sbuf, name="neg_ei")
-    nisa.dma_copy(dst=nei, src=neg_e_i.ap([[0, PMAX], [1, nI]]))          # partition broadcast
+    _broadcast_row(nei, neg_e_i, 0, nI, ones_row, broadcast_dma)          # partition broadcast
     bias = []
     for a0, asz in atiles:
         ea = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="ev_a")
@@ -355,7 +376,7 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
             else:
                 jt = load_operand_tiles(bj_planes, ktiles, j0 * nvb, nj * nvb, stationary=False, name="b_j")
             ej = nl.ndarray((PMAX, nj * nvb), dtype=nl.float32, buffer=nl.sbuf, name="evb_ej")
-            nisa.dma_copy(dst=ej, src=evb_ej.ap([[0, PMAX], [1, nj * nvb]], offset=j0 * nvb))
+            _broadcast_row(ej, evb_ej, j0 * nvb, nj * nvb, ones_row, broadcast_dma)
             for il in range(ni):
                 i = i0 + il
                 if same and i >= j0 + nj:
@@ -377,21 +398,22 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
 
 
 @nki.jit
-def mp2_energy(b_i, b_j, ev_a, neg_e_i, evb_minus_ej, exchange=True, same=False, i_block=0):
-    """fp32 pair energies. Returns (os, x) with ``exchange``, else os; (nI, nJ) float32 each."""
-    return _body((b_i,), (b_j,), ev_a, neg_e_i, evb_minus_ej, exchange, same, i_block)
+def mp2_energy(b_i, b_j, ev_a, neg_e_i, evb_minus_ej, exchange=True, same=False, i_block=0, broadcast_dma=True):
+    """fp32 pair energies. Returns (os, x) with ``exchange``, else os; (nI, nJ) float32 each.
+    ``broadcast_dma=False``: the partition broadcasts by a ones-vector matmul instead of a stride-0 DMA."""
+    return _body((b_i,), (b_j,), ev_a, neg_e_i, evb_minus_ej, exchange, same, i_block, broadcast_dma=broadcast_dma)
 
 
 @nki.jit
 def mp2_energy_x3(bi_hi, bi_lo, bj_hi, bj_lo, bj, ev_a, neg_e_i, evb_minus_ej, exchange=True, same=False,
-                  i_block=0):
+                  i_block=0, broadcast_dma=True):
     """fp32x3 pair energies: B planes split along Q per (i, a) / (j, b) column (hi bf16 + lo [+ full]).
 
     Returns per-pair *row sums* so that the last levels of the sum happen in fp64 on the host:
     os_rows (nva, nI·nJ) with os[i, j] = −Σ_a os_rows[a, i·nJ + j] (and x_rows alike); on a diagonal
     block the columns of pairs i > j hold values that are to be ignored."""
     return _body((bi_hi, bi_lo), (bj_hi, bj_lo, bj), ev_a, neg_e_i, evb_minus_ej, exchange, same, i_block,
-                 rowsums=True)
+                 rowsums=True, broadcast_dma=broadcast_dma)
 
 
 def mp2_energy_reference(b_i, b_j, e_i, e_j, ev_a, ev_b, exchange=True):

@@ -88,3 +88,26 @@ def test_i_block_fits_sbuf_of_each_generation():
         ni = i_block_size(1536, 64, 64, 448, 448, budget=budget)
         assert 1 <= ni < 64 and ni * 12 * 448 * 4 < budget
     assert i_block_size(420, 21, 21, 93, 93) == 21
+
+
+@pytest.mark.parametrize("naux,nI,nJ,nva,nvb,exchange,same,i_block", [SHAPES[0], SHAPES[2], SHAPES[-1]])
+@pytest.mark.parametrize("precision", ["fp32", "fp32x3"])
+def test_broadcast_fallback_matches_the_stride0_dma(naux, nI, nJ, nva, nvb, exchange, same, i_block, precision):
+    """The documented fallback (ones-vector nc_matmul, is_stationary_onezero) gives the same bits as the
+    stride-0 partition-broadcast DMA, with no DMA whose partition step is 0."""
+    rng = np.random.default_rng(7 + naux)
+    bi, bj, ei, ej, eva, evb = _inputs(rng, naux, nI, nJ, nva, nvb, same)
+    bi2, bj2 = bi.reshape(naux, -1), bj.reshape(naux, -1)
+    if precision == "fp32":
+        args, kernel = (bi2.astype(np.float32), bj2.astype(np.float32), *_consts(ei, ej, eva, evb)), mp2_energy
+    else:
+        beta = beta_for(naux)
+        args, kernel = (*split(bi2, 0, beta), *split(bj2, 0, beta, True), *_consts(ei, ej, eva, evb)), mp2_energy_x3
+    kw = dict(exchange=exchange, same=same, i_block=i_block)
+    dma, rep_dma = run(kernel, *args, **kw)
+    mm, rep_mm = run(kernel, *args, broadcast_dma=False, **kw)
+    for a, b in zip(dma if exchange else (dma,), mm if exchange else (mm,)):
+        np.testing.assert_array_equal(a, b)
+    ones_mm = rep_mm.instruction_counts["tensor"]["nc_matmul"] - rep_dma.instruction_counts["tensor"]["nc_matmul"]
+    assert ones_mm > 0                                    # the broadcasts ran on TensorE
+    assert rep_mm.bytes_hbm_to_sbuf < rep_dma.bytes_hbm_to_sbuf   # the row is read once, not 128 times

@@ -117,3 +117,13 @@ def test_modeled_cost_depends_on_shapes_not_values():
         c = dev.cost_report()
         costs.append([c["stages"][s][t]["modeled_time_s"] for s in ("metric", "pairs") for t in ("trn1", "trn2")])
     assert costs[0] == costs[1]
+
+
+def test_broadcast_fallback_switch_on_the_device():
+    """MP2TRN_NKI_BLOCKS=broadcast_dma=0 (or blocks={"broadcast_dma": 0}) runs the pair kernel with the
+    ones-vector matmul broadcasts: same energies."""
+    import mp2trn
+
+    default = mp2trn.run(molecule_path("water"), device="sim")
+    fallback = mp2trn.run(molecule_path("water"), device="sim", device_options={"blocks": {"broadcast_dma": 0}})
+    assert fallback.e_corr == default.e_corr

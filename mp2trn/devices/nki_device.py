@@ -140,7 +140,7 @@ def _parse_blocks(text: str | None) -> dict:
         if not item:
             continue
         key, _, val = item.partition("=")
-        if key.strip() not in ("ao_group", "i_block", "m_block", "occ_block") or not val.strip().isdigit():
+        if key.strip() not in ("ao_group", "i_block", "m_block", "occ_block", "broadcast_dma") or not val.strip().isdigit():
             raise InputError(f"{BLOCKS_ENV}: cannot parse {item!r} (use e.g. ao_group=8,i_block=2)")
         out[key.strip()] = int(val)
     return out
@@ -301,6 +301,8 @@ class NkiDevice(Device):
                   (-np.asarray(e_i, dtype=np.float64)).astype(F32).reshape(1, ni),
                   (np.asarray(ev_b, np.float64)[None, :] - np.asarray(e_j, np.float64)[:, None]).astype(F32))
         kw = {"exchange": bool(exchange), "same": same, "i_block": self.plan.i_block(naux, ni, nj, nva, nvb)}
+        if "broadcast_dma" in self.plan.overrides:   # 0: partition broadcasts by TensorE instead of stride-0 DMAs
+            kw["broadcast_dma"] = bool(int(self.plan.overrides["broadcast_dma"]))
         args = (*mode.split_operand(bi, axis=0, moving=False), *mode.split_operand(bj, axis=0, moving=True), *consts)
         out = self.launcher.launch("pairs", self.kernels.pairs, args, kw)
         sums = [self.kernels.pair_sums(x, ni, nj)[:ni0, :nj0] for x in (out if exchange else (out,))]
