@@ -341,8 +341,10 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
     # launch constants: ones column, (ε_a − e_i) bias columns per a tile
     ones = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf, name="ones")
     nisa.memset(dst=ones, value=1.0)
-    ones_row = nl.ndarray((1, PMAX), dtype=nl.float32, buffer=nl.sbuf, name="ones_row")
-    nisa.memset(dst=ones_row, value=1.0)
+    ones_row = ones                       # the DMA broadcast needs no ones row; the fallback does
+    if not broadcast_dma:
+        ones_row = nl.ndarray((1, PMAX), dtype=nl.float32, buffer=nl.sbuf, name="ones_row")
+        nisa.memset(dst=ones_row, value=1.0)
     nei = nl.ndarray((PMAX, nI), dtype=nl.float32, buffer=nl.sbuf, name="neg_ei")
     _broadcast_row(nei, neg_e_i, 0, nI, ones_row, broadcast_dma)          # partition broadcast
     bias = []
