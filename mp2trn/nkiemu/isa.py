@@ -1025,12 +1025,9 @@ from .isa_vector import *  # noqa: E402,F401,F403  (the instructions of isa_vect
 
 #: instructions of the 0.3.0 reference the emulator does not implement, and why (docs/emulator.md)
 NOT_EMULATED = {
-    "dma_compute": "DMA-engine arithmetic on HBM (reduce-while-copy); not used by the kernels modeled here",
     "nc_n_gather": "gathers with dynamic (tensor-valued) indices: dynamic indexing is not emulated",
     "local_gather": "GpSimd gathers with dynamic (tensor-valued) indices: dynamic indexing is not emulated",
-    "nc_stream_shuffle": "cross-partition shuffles through the stream network: layout not documented enough",
-    "nonzero_with_count": "data-dependent output sizes (dynamic shapes) are not emulated",
-    "sequence_bounds": "data-dependent segment bounds for dynamic loops, which the emulator does not run",
+    "sequence_bounds": "the reference gives no NumPy equivalent and leaves the end-index convention open",
     "nc_matmul_mx": "microscaling (MX) fp8/fp4 matmul of NeuronCore-v4: MX block formats not emulated",
     "quantize_mx": "microscaling (MX) quantisation of NeuronCore-v4: MX block formats not emulated",
     "register_alloc": "engine registers drive dynamic control flow, which the emulator does not run",

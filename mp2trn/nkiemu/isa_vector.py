@@ -17,14 +17,15 @@ from . import dtypes as _dt
 from . import language as nl
 from . import runtime as _rt
 from .errors import NkiRuleError
-from .isa import (HBM_REGIONS, _ALU, _BITVEC, _REDUCE, PSUM, NkiTensor, dge_mode, _apply_alu, _f32_2d, _no_gpsimd_psum, _onchip, _opname,
+from .isa import (SBUF, HBM_REGIONS, _ALU, _BITVEC, _REDUCE, PSUM, NkiTensor, dge_mode, _apply_alu, _f32_2d, _no_gpsimd_psum, _onchip, _opname,
                   _pf, _same_pf, _scalar_or_col, _shapes, _uids, _write, instruction, reduce_cmd)
 
 _cmd = reduce_cmd   # the enum (functions below take a parameter of the same name, as in the ISA reference)
 
 __all__ = ["scalar_tensor_tensor", "tensor_tensor_scan", "tensor_partition_reduce", "tensor_scalar_cumulative",
            "select_reduce", "range_select", "bn_stats", "bn_aggr", "max8", "nc_find_index8", "nc_match_replace8",
-           "exponential", "tensor_copy_predicated", "dma_transpose"]
+           "exponential", "tensor_copy_predicated", "dma_transpose", "dma_compute", "nc_stream_shuffle",
+           "nonzero_with_count"]
 
 _CMP = (nl.equal, nl.less, nl.less_equal, nl.greater, nl.greater_equal)
 _CUMULATIVE = {nl.add: (np.add, 0.0), nl.subtract: (np.subtract, 0.0), nl.multiply: (np.multiply, 1.0),
@@ -418,3 +419,93 @@ def dma_transpose(dst, src, axes=None, dge_mode=dge_mode.unknown, oob_mode=None,
     dk = "hbm" if dst.buffer in HBM_REGIONS else "sbuf"
     parts = dst.shape[0] if dk == "sbuf" else min(128, dst.shape[0])
     _record("dma", inst, ("dma", nbytes, parts, sk, dk), (src,), (dst,))
+
+
+@instruction(tensors=("dst",))
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, name=None):
+    """``dst = srcs[0]·scales[0] + srcs[1]·scales[1] + ...`` inside the DMA engines (float32 math): add is the
+    only reduction and every scale is 1.0; HBM or SBUF tensors with equal element counts; ≤ 16 sources.
+    The read-modify-write forms with ``vector_offset`` (indirect scatter/gather) are not emulated."""
+    inst = "dma_compute"
+    srcs = tuple(srcs)
+    shapes = _shapes(dst=dst, **{f"srcs[{k}]": t for k, t in enumerate(srcs) if isinstance(t, NkiTensor)})
+    if not srcs or len(srcs) > 16 or not all(isinstance(t, NkiTensor) for t in srcs):
+        raise NkiRuleError(f"{inst}.srcs", inst, "srcs must be 1 to 16 tensors", shapes)
+    if reduce_op is not nl.add:
+        raise NkiRuleError(f"{inst}.reduce_op", inst, f"only nl.add is supported, got {_opname(reduce_op)}", shapes)
+    if scales is not None and (len(scales) != len(srcs) or any(float(x) != 1.0 for x in scales)):
+        raise NkiRuleError(f"{inst}.scales", inst, "every scale must be 1.0 (or scales=None)", shapes)
+    for t in (dst, *srcs):
+        if t.buffer is PSUM:
+            raise NkiRuleError(f"{inst}.psum", inst, "DMA engines cannot access PSUM", shapes)
+        if t._data.size != dst._data.size:
+            raise NkiRuleError(f"{inst}.element_count", inst, "every source holds as many elements as dst", shapes)
+    total = np.zeros(dst._data.size, np.float32)
+    for t in srcs:
+        total = total + t._data.reshape(-1).astype(np.float32)
+    _write(dst, total.reshape(dst._data.shape))
+    nbytes = sum(t._data.size * t.dtype.itemsize for t in (dst, *srcs))
+    sk = "sbuf" if any(t.buffer is SBUF for t in srcs) else "hbm"
+    dk = "sbuf" if dst.buffer is SBUF else "hbm"
+    parts = dst.shape[0] if dk == "sbuf" else min(128, dst.shape[0] if dst.shape else 1)
+    _record("dma", inst, ("dma", nbytes, parts, sk, dk), srcs, (dst,))
+
+
+@instruction(tensors=("dst", "src"), onchip=())
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
+    """Within each quadrant of 32 partitions, output partition k copies input partition ``shuffle_mask[k]``
+    (255: left unmodified) — the Vector Engine's cross-partition move; the same mask for every quadrant."""
+    inst = "nc_stream_shuffle"
+    shapes = _shapes(dst=dst, src=src)
+    for t in (dst, src):
+        if t.buffer in HBM_REGIONS:
+            raise NkiRuleError("engine.hbm_access", inst, "src and dst are SBUF or PSUM tiles", shapes)
+    mask = [int(m) for m in shuffle_mask]
+    if len(mask) != 32 or any(not (0 <= m < 32 or m == 255) for m in mask):
+        raise NkiRuleError(f"{inst}.mask", inst, "shuffle_mask holds 32 partition numbers 0..31 (or 255)", shapes)
+    if dst.dtype != src.dtype:
+        raise NkiRuleError(f"{inst}.dtype", inst, "dst must have the dtype of src", shapes)
+    (ps, fs), (pd, fd) = _pf(src), _pf(dst)
+    if fs != fd:
+        raise NkiRuleError(f"{inst}.shape", inst, "dst and src hold the same elements per partition", shapes)
+    active = -(-max(ps, pd) // 32) * 32
+    allowed = {32: (0, 32, 64, 96), 64: (0, 64)}.get(active, (0,))
+    for arg, t in (("src", src), ("dst", dst)):
+        if t.partition_start not in allowed:
+            raise NkiRuleError(f"{inst}.start_partition", inst, f"{arg} starts at partition {t.partition_start}; with "
+                               f"{active} active partitions the start must be one of {allowed}", shapes)
+    x = src._data.reshape(ps, fs).copy()
+    out = dst._data.reshape(pd, fd)
+    for q0 in range(0, pd, 32):
+        for k, m in enumerate(mask):
+            p_out, p_in = q0 + k, q0 + m
+            if m != 255 and p_out < pd and p_in < ps:
+                out[p_out] = x[p_in]
+    _record("vector", inst, ("simple", fs, 1, 1), (src,), (dst,))
+
+
+@instruction(tensors=("dst", "src"), onchip=("dst", "src"))
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    """On partitions 0, 16, ..., 112 (the first of each GpSimd core's 16): the indices (+ ``index_offset``)
+    of the nonzero elements, ``padding_val`` for the rest, and their count as the last element
+    (GpSimd, NeuronCore-v3+); other partitions of ``dst`` are not written."""
+    inst = "nonzero_with_count"
+    shapes = _shapes(dst=dst, src=src)
+    if _rt.current().target.gen < 3:
+        raise NkiRuleError(f"{inst}.target", inst, "nonzero_with_count needs NeuronCore-v3 or newer (trn2+)", shapes)
+    (ps, fs), (pd, fd) = _pf(src), _pf(dst)
+    if ps != pd or fd != fs + 1:
+        raise NkiRuleError(f"{inst}.shape", inst, "dst has the partitions of src and one more element each", shapes)
+    if src.buffer is not SBUF or dst.buffer is not SBUF:
+        raise NkiRuleError(f"{inst}.sbuf", inst, "src and dst are SBUF tiles", shapes)
+    if src.dtype not in (_dt.float32, _dt.int32) or dst.dtype != _dt.int32:
+        raise NkiRuleError(f"{inst}.dtype", inst, "src float32 or int32, dst int32", shapes)
+    x = src._data.reshape(ps, fs)
+    out = dst._data.reshape(pd, fd)
+    for p in range(0, ps, 16):
+        idx = np.flatnonzero(x[p] != 0)
+        row = np.full(fd, int(padding_val), np.int64)
+        row[:idx.size] = idx + int(index_offset)
+        row[-1] = idx.size
+        out[p] = row.astype(out.dtype)
+    _record("gpsimd", inst, ("gp", fs), (src,), (dst,))

@@ -192,7 +192,8 @@ def test_dma_transpose_permutations(shape):
 
 
 @pytest.mark.parametrize("case", ["scan_bitvec", "select_pred_dtype", "range_select_trn1", "bn_stats_fmax",
-                                  "cumulative_int32", "dma_transpose_fp32", "partition_reduce_psum"])
+                                  "cumulative_int32", "dma_transpose_fp32", "partition_reduce_psum",
+                                  "shuffle_mask", "dma_compute_scale", "nonzero_trn1"])
 def test_each_documented_rule_is_enforced(case):
     def body():
         a, b = sb((P, F)), sb((P, F))
@@ -216,6 +217,13 @@ def test_each_documented_rule_is_enforced(case):
             nisa.tensor_scalar_cumulative(dst=i, src=i, op0=nl.add, op1=nl.add, imm0=1.0)
         elif case == "dma_transpose_fp32":
             nisa.dma_transpose(dst=sb((F, P)), src=a)
+        elif case == "shuffle_mask":
+            nisa.nc_stream_shuffle(dst=a, src=b, shuffle_mask=list(range(16)))
+        elif case == "dma_compute_scale":
+            nisa.dma_compute(dst=a, srcs=(a, b), reduce_op=nl.add, scales=(1.0, 2.0))
+        elif case == "nonzero_trn1":
+            d = sb((P, F + 1), nl.int32)
+            nisa.nonzero_with_count(dst=d, src=a)
         elif case == "partition_reduce_psum":
             ps = nl.ndarray((P, F), nl.float32, buffer=nl.psum)
             nisa.memset(dst=ps, value=0.0)
@@ -230,3 +238,48 @@ def test_what_is_not_emulated_is_listed_with_a_reason():
         with pytest.raises(nki.NkiUnsupportedError) as err:
             getattr(nisa, name)()
         assert why in str(err.value)
+
+
+def test_dma_compute_adds_sources():
+    a, b, c = (RNG.standard_normal((P, F)).astype(np.float32) for _ in range(3))
+
+    @nki.jit
+    def k(a, b, c):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=c)
+        nisa.dma_compute(dst=out, srcs=(a, b, t), reduce_op=nl.add)
+        return out
+    np.testing.assert_allclose(nki.simulate(k)(a, b, c), a + b + c, rtol=1e-6)
+
+
+def test_nc_stream_shuffle_per_quadrant():
+    x = RNG.standard_normal((64, 8)).astype(np.float32)
+    mask = [31 - k for k in range(32)]            # reverse each quadrant
+
+    def body(x):
+        d = sb((64, 8))
+        nisa.memset(dst=d, value=0.0)
+        nisa.nc_stream_shuffle(dst=d, src=x, shuffle_mask=mask)
+        return (d,)
+    (d,) = launch(body, x)
+    ref = np.concatenate([x[0:32][::-1], x[32:64][::-1]])
+    np.testing.assert_array_equal(d, ref)
+
+
+def test_nonzero_with_count_on_the_first_partition_of_each_core():
+    x = (RNG.random((128, 8)) > 0.6).astype(np.float32)
+
+    def body(x):
+        d = sb((128, 9), nl.int32)
+        nisa.memset(dst=d, value=7)
+        nisa.nonzero_with_count(dst=d, src=x, index_offset=16, padding_val=-1)
+        return (d,)
+    (d,) = launch(body, x)
+    for p in range(128):
+        if p % 16:
+            assert np.all(d[p] == 7)                 # not written
+        else:
+            idx = np.flatnonzero(x[p]) + 16
+            ref = np.concatenate([idx, -np.ones(8 - idx.size), [idx.size]])
+            np.testing.assert_array_equal(d[p], ref)
