@@ -25,7 +25,7 @@ _cmd = reduce_cmd   # the enum (functions below take a parameter of the same nam
 __all__ = ["scalar_tensor_tensor", "tensor_tensor_scan", "tensor_partition_reduce", "tensor_scalar_cumulative",
            "select_reduce", "range_select", "bn_stats", "bn_aggr", "max8", "nc_find_index8", "nc_match_replace8",
            "exponential", "tensor_copy_predicated", "dma_transpose", "dma_compute", "nc_stream_shuffle",
-           "nonzero_with_count"]
+           "nonzero_with_count", "nc_n_gather"]
 
 _CMP = (nl.equal, nl.less, nl.less_equal, nl.greater, nl.greater_equal)
 _CUMULATIVE = {nl.add: (np.add, 0.0), nl.subtract: (np.subtract, 0.0), nl.multiply: (np.multiply, 1.0),
@@ -509,3 +509,26 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
         row[-1] = idx.size
         out[p] = row.astype(out.dtype)
     _record("gpsimd", inst, ("gp", fs), (src,), (dst,))
+
+
+@instruction(tensors=("dst", "data", "indices"), onchip=("dst", "data", "indices"))
+def nc_n_gather(dst, data, indices, name=None):
+    """Per partition: ``dst[p, k] = data[p].flat[indices[p, k]]`` (GpSimd; all three in SBUF; uint32
+    indices within the partition's element count; dst has data's dtype and indices' element count)."""
+    inst = "nc_n_gather"
+    shapes = _shapes(dst=dst, data=data, indices=indices)
+    (pd, fd), (pa, fa), (pi, fi) = _pf(dst), _pf(data), _pf(indices)
+    if not pd == pa == pi:
+        raise NkiRuleError(f"{inst}.partitions", inst, "data, indices and dst have the same partitions", shapes)
+    if fd != fi:
+        raise NkiRuleError(f"{inst}.shape", inst, "dst holds as many elements per partition as indices", shapes)
+    for arg, t in (("dst", dst), ("data", data), ("indices", indices)):
+        if t.buffer is not SBUF:
+            raise NkiRuleError(f"{inst}.sbuf", inst, f"{arg} must be in SBUF (GpSimd cannot access PSUM)", shapes)
+    if indices.dtype != _dt.uint32 or dst.dtype != data.dtype:
+        raise NkiRuleError(f"{inst}.dtype", inst, "indices uint32; dst has the dtype of data", shapes)
+    idx = indices._data.reshape(pi, fi).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= fa):
+        raise NkiRuleError(f"{inst}.index_range", inst, f"indices must lie in [0, {fa})", shapes)
+    dst._data.reshape(pd, fd)[...] = np.take_along_axis(data._data.reshape(pa, fa), idx, axis=1)
+    _record("gpsimd", inst, ("gp", fi * -(-fa // 512)), (data, indices), (dst,))

@@ -149,3 +149,19 @@ def test_rmsnorm_fused_reduction(rng, C, T):
     assert counts["tensor"]["nc_matmul"] == 1
     assert counts["scalar"]["activation"] == 2
     assert counts["vector"]["tensor_reduce"] == 1
+
+
+def test_psum_accumulation_across_banks(rng):
+    """K tiles accumulate into one 4-bank PSUM tile, each matmul within a bank; one matmul spanning a
+    bank boundary is refused (nc_matmul.psum_bank)."""
+    from mp2trn.nkiemu import NkiRuleError
+
+    m = load_conformance("matmul")
+    lhsT = rng.standard_normal((384, 128)).astype(np.float32)
+    rhs = rng.standard_normal((384, 2048)).astype(np.float32)
+    out = m.mm_psum_banks(lhsT, rhs)
+    np.testing.assert_allclose(out, lhsT.astype(np.float64).T @ rhs, rtol=1e-4, atol=1e-3)
+    assert m.mm_psum_banks.last_report.peak_psum_bytes == 4 * 2048
+    with pytest.raises(NkiRuleError) as err:
+        m.mm_psum_banks(lhsT, rhs, cross_banks=True)
+    assert err.value.rule == "nc_matmul.psum_bank"

@@ -283,3 +283,15 @@ def test_nonzero_with_count_on_the_first_partition_of_each_core():
             idx = np.flatnonzero(x[p]) + 16
             ref = np.concatenate([idx, -np.ones(8 - idx.size), [idx.size]])
             np.testing.assert_array_equal(d[p], ref)
+
+
+def test_nc_n_gather_within_partitions():
+    x = RNG.standard_normal((P, F)).astype(np.float32)
+    idx = RNG.integers(0, F, (P, 12)).astype(np.uint32)
+
+    def body(x, idx):
+        d = sb((P, 12))
+        nisa.nc_n_gather(dst=d, data=x, indices=idx)
+        return (d,)
+    (d,) = launch(body, x, idx)
+    np.testing.assert_array_equal(d, np.take_along_axis(x, idx.astype(np.int64), axis=1))

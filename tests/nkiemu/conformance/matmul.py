@@ -200,4 +200,28 @@ def mm_tiles_in_loops(lhsT, rhs, TILES_M=16, TILES_N=2, TILES_K=8):
     return result
 
 
+@nki.jit
+def mm_psum_banks(lhsT, rhs, cross_banks=False):
+    """One 128-row output stripe accumulated in ONE PSUM tile of N/512 banks (K tiles accumulate in
+    place); every matmul writes within a single bank (``cross_banks=True`` starts the writes mid-bank,
+    so 512 columns span two banks, which must be refused)."""
+    K, M, N, TK, TM, TN = _tiles(lhsT, rhs)
+    assert M == TM and N * 4 <= 8 * 2048
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)        # N/512 consecutive banks
+    for k in nl.affine_range(K // TK):
+        a = nl.ndarray((TK, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((TK, N), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[k * TK:(k + 1) * TK, :])
+        nisa.dma_copy(dst=b, src=rhs[k * TK:(k + 1) * TK, :])
+        for n0 in range(0, N, TN):
+            # cross_banks: 512 columns starting mid-bank span two banks
+            c0 = n0 + TN // 2 if (cross_banks and n0 + TN // 2 + TN <= N) else n0
+            nisa.nc_matmul(dst=acc[:, c0:c0 + TN], stationary=a, moving=b[:, c0:c0 + TN])
+    res = nl.ndarray((M, N), dtype=result.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)                                 # all banks evicted at once
+    nisa.dma_copy(dst=result, src=res)
+    return result
+
+
 VARIANTS = {"tiled": mm_tiled, "hoisted": mm_hoisted, "block_free": mm_block_free, "blocked": mm_blocked}
