@@ -201,7 +201,11 @@ def analysis_text(s, a):
            "What would lift it: pack the stationary tile across orbitals — M = 128 rows of the flattened (i, a) "
            "index, so the tail of one i shares a tile with the head of the next (recovers the a-tile loss; the "
            "exchange then needs the transposes per (i, j) block at partition offsets that are not tile-aligned, "
-           "i.e. per-row pair bookkeeping)")
+           "i.e. per-row pair bookkeeping). The start-partition rule the emulator now enforces (an operand of "
+           "≤ 64 partitions starts at partition 0 or 64) forbids reading a second orbital's rows in place at an "
+           "offset such as 42: a packed tail must be transposed as a whole tile (from partition 0) with the "
+           "orbitals' columns picked from the result, and reduced over partitions with a selector matrix "
+           "instead of a ones vector — a rewrite of the pair kernel's inner loop not done yet)")
     if a["fill_k_pct"] < 99:
         txt += ("; the aux tail is a property of the basis (naux is not a multiple of 128) and stays: every pair "
                 "contracts over the same aux rows, so a short last K tile cannot be shared between pairs")
