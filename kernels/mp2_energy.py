@@ -57,6 +57,12 @@ Tiling and dataflow
       ScalarE reciprocal is a low-precision approximation); VectorE forms W = T·R and T·W straight from
       PSUM and reduces each j segment over b; TensorE sums over the a partitions with a ones-vector
       matmul into a per-pair PSUM accumulator (accumulating over a tiles and column chunks).
+    * A short last a tile (nva mod 128 ≤ 64 rows, and fewer than nvb/64 b tiles) runs with the roles
+      swapped (``TailSwap``, switch ``tail_swap``): T'[b, a] with the b tiles stationary and the tail
+      columns moving costs (b tiles) × 64 cycles per Q tile instead of nvb; its direct term reduces over
+      a (free) then b (ones matmul), and its exchange pieces are already transposed: the main tiles take
+      Tᵀ for b in the tail from T', the tail takes T_ba from the main T tiles (and one 42×42-style
+      transpose of T' for b and a both in the tail, at partition 0). fp32 only (x3 keeps the plain path).
     * Exchange (same-spin): T is copied to SBUF (ScalarE) for every a tile of the (i, j-group); then
       Tᵀ tiles are built with TensorE transposes (128×128 blocks, cheap next to the nc_matmuls) into
       PSUM and VectorE forms W·Tᵀ and its segment sums the same way. TensorE has the spare time when
@@ -206,6 +212,23 @@ class PairBlock(nl.NKIObject):
     rowsums: bool
     res_os: object
     res_x: object
+    tail: tuple          # () or (TailSwap,): the a-tile tail computed with the roles swapped
+
+
+@dataclass
+class TailSwap(nl.NKIObject):
+    """The short last a tile (``tsz`` ≤ 64 rows from ``ta0``) computed as T'[b, a] = B_Jᵀ B_I with the
+    b tiles stationary and the tail columns moving: a matmul costs max(64, N) cycles, so 4 b tiles × 64
+    beat one 128-row-tile pass over all nvb columns (Vitamin C/cc-pVTZ: 256 vs 426 per Q tile). The
+    exchange pieces then come out already transposed. Constants: (ε_b − e_j) columns per b tile, the
+    broadcast ε_a row of the tail, the broadcast −e_i rows."""
+
+    ta0: int
+    tsz: int
+    btiles: list
+    bias_b: list
+    ea_row: object
+    nei: object
 
 
 @dataclass
@@ -215,6 +238,7 @@ class JGroup(nl.NKIObject):
     jt: list
     ej: object
     nj: int
+    j0: int
 
 
 def _pair_group(blk, grp, i, il, out_col, j_skip):
@@ -225,13 +249,14 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
     res_os, res_x = blk.res_os, blk.res_x
     ncols = nj * nvb
     chunks = tiles(ncols, NFMAX)
+    main_tiles = atiles[:len(atiles) - len(blk.tail)]       # the tail tile, if swapped, is done below
     acc_os = acc_x = None
     if not rowsums:
         acc_os = nl.ndarray((1, nj), dtype=nl.float32, buffer=nl.psum, name="acc_os")
         acc_x = nl.ndarray((1, nj), dtype=nl.float32, buffer=nl.psum, name="acc_x") if exchange else None
     t_sb = []
     w_sb = []
-    for at, (a0, asz) in enumerate(atiles):
+    for at, (a0, asz) in enumerate(main_tiles):
         if exchange:
             t_sb.append(nl.ndarray((asz, ncols), dtype=nl.float32, buffer=nl.sbuf, name="t_sb"))
             w_sb.append(nl.ndarray((asz, ncols), dtype=nl.float32, buffer=nl.sbuf, name="w_sb"))
@@ -255,8 +280,9 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
             p1 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="tw")
             nisa.tensor_tensor(dst=p1, data1=w, data2=t, op=nl.multiply)         # T²/D'
             _seg_reduce(acc_os, ones, p1, asz, c0, csz, nvb, (res_os[at],) if rowsums else (), out_col, c0 < NFMAX)
+    swapped = _tail_pairs(blk, grp, i, il, acc_os, acc_x, t_sb) if blk.tail else ()
     if exchange:
-        for at, (a0, asz) in enumerate(atiles):
+        for at, (a0, asz) in enumerate(main_tiles):
             for c0, csz in chunks:
                 tt = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.psum, name="tt_ps")
                 for jl, s0, sn, b0 in _segments(c0, csz, nvb):
@@ -264,13 +290,21 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
                         lo, hi = max(q0, b0), min(q0 + qsz, b0 + sn)
                         if lo >= hi:
                             continue
-                        # Tᵀ[a, (j, b)] = T[b, (j, a)]: transpose a [b-rows, a-cols] block of T (SBUF)
-                        nisa.nc_transpose(dst=tt[:, s0 - c0 + lo - b0:s0 - c0 + hi - b0],
-                                          data=t_sb[bt][lo - q0:hi - q0, jl * nvb + a0:jl * nvb + a0 + asz])
+                        cols = (s0 - c0 + lo - b0, s0 - c0 + hi - b0)
+                        if bt < len(main_tiles):
+                            # Tᵀ[a, (j, b)] = T[b, (j, a)]: transpose a [b-rows, a-cols] block of T (SBUF)
+                            nisa.nc_transpose(dst=tt[:, cols[0]:cols[1]],
+                                              data=t_sb[bt][lo - q0:hi - q0, jl * nvb + a0:jl * nvb + a0 + asz])
+                        else:
+                            # b in the swapped tail: T'[a, b] = T_ba already, rows a of b tile ``at``
+                            src = swapped[jl * len(blk.tail[0].btiles) + at][0]
+                            nisa.tensor_copy(dst=tt[:, cols[0]:cols[1]], src=src[:, lo - q0:hi - q0])
                 p2 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="ttw")
                 nisa.tensor_tensor(dst=p2, data1=w_sb[at][:, c0:c0 + csz], data2=tt, op=nl.multiply)
                 _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, (res_x[at],) if rowsums else (), out_col, c0 < NFMAX,
                             signed=True)
+    if exchange and blk.tail:
+        _tail_exchange(blk, grp, acc_x, t_sb, swapped)
     if rowsums:
         return
     # os = Σ T²/D = −Σ T²/D' (D' = −D): negate while evicting the per-pair sums (ScalarE). On a diagonal
@@ -279,6 +313,78 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
     nisa.activation(dst=res_os[0:1, out_col + k0:out_col + nj], op=nl.copy, data=acc_os[0:1, k0:nj], scale=-1.0)
     if exchange:
         nisa.activation(dst=res_x[0:1, out_col + k0:out_col + nj], op=nl.copy, data=acc_x[0:1, k0:nj], scale=-1.0)
+
+
+def _tail_pairs(blk, grp, i, il, acc_os, acc_x, t_sb):
+    """The swapped tail: for each j of the group and each b tile, T'[b, a] (a in the tail) by TensorE,
+    its direct-term sums into acc_os[0:1, jl]; returns [(T' in SBUF, W' in SBUF)] per (jl, b tile)."""
+    tail = blk.tail[0]
+    out = []
+    for jl in range(grp.nj):
+        j = grp.j0 + jl
+        for bt, (q0, bsz) in enumerate(tail.btiles):
+            tp = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.psum, name="tail_ps")
+            st = [tuple(p[:, jl * blk.nvb + q0:jl * blk.nvb + q0 + bsz] for p in planes) for planes in grp.jt]
+            mv = [tuple(p[:, il * blk.nva + tail.ta0:il * blk.nva + tail.ta0 + tail.tsz] for p in planes)
+                  for planes in blk.ip]
+            matmul_planes((tp,), st, mv)
+            col = nl.ndarray((bsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="tail_bias")
+            nisa.tensor_tensor(dst=col, data1=tail.bias_b[bt][:, j:j + 1], data2=tail.nei[0:bsz, i:i + 1],
+                               op=nl.add)                                   # ε_b − e_j − e_i
+            dn = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_denom")
+            nisa.activation(dst=dn, op=nl.copy, data=tail.ea_row[0:bsz, :], bias=col)   # + ε_a
+            y = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_rsqrt")
+            nisa.tensor_scalar(dst=y, data=dn, op0=nl.rsqrt, operand0=0.0, engine=nisa.gpsimd_engine)
+            r = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_recip")
+            nisa.tensor_tensor(dst=r, data1=y, data2=y, op=nl.multiply, engine=nisa.gpsimd_engine)
+            t_copy = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_t")
+            nisa.activation(dst=t_copy, op=nl.copy, data=tp)
+            w = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_w")
+            nisa.tensor_tensor(dst=w, data1=tp, data2=r, op=nl.multiply)     # W' = T'/D'
+            p1 = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_tw")
+            nisa.tensor_tensor(dst=p1, data1=w, data2=tp, op=nl.multiply)
+            red = nl.ndarray((bsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="tail_sum")
+            nisa.tensor_reduce(dst=red, op=nl.add, data=p1, axis=1)          # over a (tail)
+            nisa.nc_matmul(dst=acc_os[0:1, jl:jl + 1], stationary=blk.ones[0:bsz, :], moving=red)   # over b
+            out.append((t_copy, w))
+    return out
+
+
+def _tail_exchange(blk, grp, acc_x, t_sb, swapped):
+    """Σ_b W'[b, a] T_ba for a in the tail: T_ba is column block (j, tail) of the main T tile of b's tile,
+    or, for b in the tail too, the transpose of T' of the tail b tile (a square block at partition 0)."""
+    tail = blk.tail[0]
+    nbt = len(tail.btiles)
+    for jl in range(grp.nj):
+        for bt, (q0, bsz) in enumerate(tail.btiles):
+            t_copy, w = swapped[jl * nbt + bt]
+            p2 = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_ttw")
+            if bt < nbt - 1:
+                c = jl * blk.nvb + tail.ta0
+                nisa.tensor_tensor(dst=p2, data1=w, data2=t_sb[bt][:, c:c + tail.tsz], op=nl.multiply)
+            else:
+                tr = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.psum, name="tail_tr")
+                nisa.nc_transpose(dst=tr, data=swapped[jl * nbt + bt][0])
+                nisa.tensor_tensor(dst=p2, data1=w, data2=tr, op=nl.multiply)
+            red = nl.ndarray((bsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="tail_xsum")
+            nisa.tensor_reduce(dst=red, op=nl.add, data=p2, axis=1)
+            nisa.nc_matmul(dst=acc_x[0:1, jl:jl + 1], stationary=blk.ones[0:bsz, :], moving=red)
+
+
+def _tail_constants(atiles, nvb, nJ, ev_a, evb_ej, nei, ones_row, broadcast_dma):
+    """The TailSwap of a launch, or () when the last a tile is full or longer than 64 rows."""
+    ta0, tsz = atiles[-1]
+    btiles = tiles(nvb, PMAX)
+    if len(atiles) < 2 or tsz > 64 or len(btiles) * 64 >= nvb:
+        return ()
+    bias_b = []
+    for q0, bsz in btiles:
+        b = nl.ndarray((bsz, nJ), dtype=nl.float32, buffer=nl.sbuf, name="bias_b")
+        nisa.dma_copy(dst=b, src=evb_ej.ap([[1, bsz], [nvb, nJ]], offset=q0))   # (ε_b − e_j), b on partitions
+        bias_b.append(b)
+    ea_row = nl.ndarray((PMAX, tsz), dtype=nl.float32, buffer=nl.sbuf, name="ea_tail")
+    _broadcast_row(ea_row, ev_a, ta0, tsz, ones_row, broadcast_dma)
+    return (TailSwap(ta0, tsz, btiles, bias_b, ea_row, nei),)
 
 
 def _row_buffers(atiles, ncols, exchange):
@@ -311,7 +417,7 @@ def _broadcast_row(dst, src, offset, n, ones_row, dma):
 
 
 def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, rowsums=False,
-          broadcast_dma=True):
+          broadcast_dma=True, tail_swap=True):
     naux, ncol_i = bi_planes[0].shape
     nva = ev_a.shape[0]
     nI = ncol_i // nva
@@ -354,6 +460,9 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
         b = nl.ndarray((asz, nI), dtype=nl.float32, buffer=nl.sbuf, name="bias")
         nisa.tensor_scalar(dst=b, data=nei[0:asz, :], op0=nl.add, operand0=ea)  # ε_a − e_i
         bias.append(b)
+    tail = ()
+    if tail_swap and not x3 and not rowsums and (nva == nvb or not exchange):
+        tail = _tail_constants(atiles, nvb, nJ, ev_a, evb_ej, nei, ones_row, broadcast_dma)
 
     for i0 in range(0, nI, ni_blk):
         ni = min(ni_blk, nI - i0)
@@ -362,7 +471,7 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
             res_os, res_x = _row_buffers(atiles, ni * nJ, exchange)
         resident_all = same and ni == nI
         jp = ip
-        blk = PairBlock(ip, bias, ones, atiles, nva, nvb, exchange, rowsums, res_os, res_x)
+        blk = PairBlock(ip, bias, ones, atiles, nva, nvb, exchange, rowsums, res_os, res_x, tail)
         if resident_all and x3:
             # moving planes of the diagonal block from the resident ones: (hi16, lo, x = hi + lo)
             jp = []
@@ -383,7 +492,7 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
                 i = i0 + il
                 if same and i >= j0 + nj:
                     continue                               # pairs i <= j only
-                _pair_group(blk, JGroup(jt, ej, nj), i, il, (il if rowsums else i) * nJ + j0,
+                _pair_group(blk, JGroup(jt, ej, nj, j0), i, il, (il if rowsums else i) * nJ + j0,
                             max(0, i - j0) if same else 0)
         if rowsums:
             for at, (a0, asz) in enumerate(atiles):
@@ -400,10 +509,12 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
 
 
 @nki.jit
-def mp2_energy(b_i, b_j, ev_a, neg_e_i, evb_minus_ej, exchange=True, same=False, i_block=0, broadcast_dma=True):
+def mp2_energy(b_i, b_j, ev_a, neg_e_i, evb_minus_ej, exchange=True, same=False, i_block=0, broadcast_dma=True,
+               tail_swap=True):
     """fp32 pair energies. Returns (os, x) with ``exchange``, else os; (nI, nJ) float32 each.
     ``broadcast_dma=False``: the partition broadcasts by a ones-vector matmul instead of a stride-0 DMA."""
-    return _body((b_i,), (b_j,), ev_a, neg_e_i, evb_minus_ej, exchange, same, i_block, broadcast_dma=broadcast_dma)
+    return _body((b_i,), (b_j,), ev_a, neg_e_i, evb_minus_ej, exchange, same, i_block, broadcast_dma=broadcast_dma,
+                 tail_swap=tail_swap)
 
 
 @nki.jit

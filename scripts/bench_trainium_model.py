@@ -172,7 +172,13 @@ def pair_analysis(s, cost):
     nv, naux = s["nvir"], s["naux"]
     a_tiles = -(-nv // 128)
     k_tiles = -(-naux // 128)
-    fill_a = nv / (128 * a_tiles)
+    tail = nv - 128 * (a_tiles - 1)
+    swapped = a_tiles > 1 and tail <= 64 and a_tiles * 64 < nv     # kernels/mp2_energy.py TailSwap
+    # TensorE cycles per (i, j, Q tile) of the T matmuls: full a tiles pass over nvb moving columns; the
+    # tail either does the same (plain) or runs swapped, a_tiles b tiles x 64 cycles
+    plain = a_tiles * nv
+    spent = (a_tiles - 1) * nv + (a_tiles * 64 if swapped else nv)
+    fill_a = nv * nv / (128 * plain) if not swapped else nv * nv / (128 * spent)
     fill_k = naux / (128 * k_tiles)
     busy_t = p1["engine_busy_s"]["tensor"]
     mt = p1["modeled_time_s"]
@@ -180,7 +186,8 @@ def pair_analysis(s, cost):
     return {
         "pct": p1["tensor_peak_pct_fp32"],
         "tensor_busy_pct": 100 * busy_t / mt,
-        "fill_a_pct": 100 * fill_a, "a_tiles": a_tiles,
+        "fill_a_pct": 100 * fill_a, "a_tiles": a_tiles, "tail": tail, "swapped": swapped,
+        "saved_pct": 100 * (plain - spent) / plain,
         "fill_k_pct": 100 * fill_k, "k_tiles": k_tiles,
         "other_tensor_pct": 100 * (busy_t - matmul_s) / mt,
         "non_tensor_pct": 100 * (mt - busy_t) / mt,
@@ -192,20 +199,21 @@ def analysis_text(s, a):
     txt = (f"**TensorE utilization of the fused `mp2_energy` kernel (fp32, trn1): {a['pct']:.1f}% of fp32 peak** "
            f"({ok} the 80% goal). What bounds it: TensorE is the busy engine ({a['tensor_busy_pct']:.1f}% of the "
            "modeled time; VectorE, ScalarE, GpSimd and DMA work overlaps under it). The T matmuls run at the "
-           "model's full rate (moving N = nvir ≥ 64 columns), but two tile tails cost as much as full tiles: "
-           f"the virtual index a is the stationary (M) dimension, and nvir = {s['nvir']} needs {a['a_tiles']} tiles "
-           f"of 128 PE columns, filled to {a['fill_a_pct']:.1f}%; the aux index is the contraction (K) dimension, "
-           f"naux = {s['naux']} needs {a['k_tiles']} tiles of 128 PE rows, filled to {a['fill_k_pct']:.1f}%. "
-           f"The Tᵀ transposes and the ones-vector partition reductions take {a['other_tensor_pct']:.1f}% of the "
-           f"modeled time, and TensorE is idle {a['non_tensor_pct']:.1f}% of it (launch overheads, first B loads). "
-           "What would lift it: pack the stationary tile across orbitals — M = 128 rows of the flattened (i, a) "
-           "index, so the tail of one i shares a tile with the head of the next (recovers the a-tile loss; the "
-           "exchange then needs the transposes per (i, j) block at partition offsets that are not tile-aligned, "
-           "i.e. per-row pair bookkeeping). The start-partition rule the emulator now enforces (an operand of "
-           "≤ 64 partitions starts at partition 0 or 64) forbids reading a second orbital's rows in place at an "
-           "offset such as 42: a packed tail must be transposed as a whole tile (from partition 0) with the "
-           "orbitals' columns picked from the result, and reduced over partitions with a selector matrix "
-           "instead of a ones vector — a rewrite of the pair kernel's inner loop not done yet)")
+           "model's full rate (moving N = nvir ≥ 64 columns). The virtual index a is the stationary (M) "
+           f"dimension: nvir = {s['nvir']} makes {a['a_tiles']} tiles of 128 PE columns, the last with "
+           f"{a['tail']} rows")
+    if a["swapped"]:
+        txt += (f"; that short tile runs with the roles swapped (`TailSwap` in kernels/mp2_energy.py: the b tiles "
+                f"stationary, the {a['tail']} tail columns moving, {a['a_tiles']} × 64 cycles instead of "
+                f"{s['nvir']} per Q tile, {a['saved_pct']:.0f}% of the T-matmul cycles saved; its exchange pieces "
+                "come out already transposed), so the a tiles are used to "
+                f"{a['fill_a_pct']:.1f}% of their cycles")
+    else:
+        txt += f", so the a tiles are filled to {a['fill_a_pct']:.1f}%"
+    txt += (f". The aux index is the contraction (K) dimension: naux = {s['naux']} needs {a['k_tiles']} tiles of "
+            f"128 PE rows, filled to {a['fill_k_pct']:.1f}%. The Tᵀ transposes and the ones-vector partition "
+            f"reductions take {a['other_tensor_pct']:.1f}% of the modeled time, and TensorE is idle "
+            f"{a['non_tensor_pct']:.1f}% of it (launch overheads, first B loads)")
     if a["fill_k_pct"] < 99:
         txt += ("; the aux tail is a property of the basis (naux is not a multiple of 128) and stays: every pair "
                 "contracts over the same aux rows, so a short last K tile cannot be shared between pairs")

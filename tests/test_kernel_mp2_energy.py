@@ -20,6 +20,10 @@ SHAPES = [
     (140, 2, 2, 600, 600, True, False, 0),     # nvir > 512: a j split over two PSUM banks
     (256, 4, 4, 128, 128, True, True, 1),      # exact tiles, I block forced to one orbital (sub-blocking)
     (100, 3, 11, 100, 100, True, False, 2),    # 5 j per group: groups of 5, 5, 1
+    # a short last a tile (≤ 64 rows) computed with the roles swapped (TailSwap):
+    (200, 3, 3, 170, 170, True, True, 0),      # diagonal block, one j per group
+    (140, 2, 5, 150, 150, True, False, 0),     # 3 j per group: tails of several j
+    (130, 3, 2, 170, 150, False, False, 0),    # opposite spin, nva != nvb
 ]
 
 
@@ -111,3 +115,20 @@ def test_broadcast_fallback_matches_the_stride0_dma(naux, nI, nJ, nva, nvb, exch
     ones_mm = rep_mm.instruction_counts["tensor"]["nc_matmul"] - rep_dma.instruction_counts["tensor"]["nc_matmul"]
     assert ones_mm > 0                                    # the broadcasts ran on TensorE
     assert rep_mm.bytes_hbm_to_sbuf < rep_dma.bytes_hbm_to_sbuf   # the row is read once, not 128 times
+
+
+
+@pytest.mark.parametrize("naux,nI,nJ,nva,nvb,exchange,same", [(200, 3, 3, 170, 170, True, True),
+                                                              (130, 3, 2, 170, 150, False, False)])
+def test_tail_swap_equals_the_plain_path_and_costs_less(naux, nI, nJ, nva, nvb, exchange, same):
+    """The swapped tail gives the plain path's pair energies (to fp32 rounding) in less TensorE time."""
+    rng = np.random.default_rng(3)
+    bi, bj, ei, ej, eva, evb = _inputs(rng, naux, nI, nJ, nva, nvb, same)
+    args = (bi.reshape(naux, -1).astype(np.float32), bj.reshape(naux, -1).astype(np.float32),
+            *_consts(ei, ej, eva, evb))
+    kw = dict(exchange=exchange, same=same)
+    swapped, rep_s = run(mp2_energy, *args, **kw)
+    plain, rep_p = run(mp2_energy, *args, tail_swap=False, **kw)
+    for a, b in zip(swapped if exchange else (swapped,), plain if exchange else (plain,)):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-12)
+    assert rep_s.engine_busy_s["tensor"] < rep_p.engine_busy_s["tensor"]
