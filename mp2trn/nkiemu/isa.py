@@ -1025,8 +1025,6 @@ from .isa_vector import *  # noqa: E402,F401,F403  (the instructions of isa_vect
 
 #: instructions of the 0.3.0 reference the emulator does not implement, and why (docs/emulator.md)
 NOT_EMULATED = {
-    "local_gather": "the reference states its output layout only in a figure (the text's example is empty)",
-    "sequence_bounds": "the reference gives no NumPy equivalent and leaves the end-index convention open",
     "nc_matmul_mx": "microscaling (MX) fp8/fp4 matmul of NeuronCore-v4: MX block formats not emulated",
     "quantize_mx": "microscaling (MX) quantisation of NeuronCore-v4: MX block formats not emulated",
     "register_alloc": "engine registers drive dynamic control flow, which the emulator does not run",

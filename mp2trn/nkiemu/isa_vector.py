@@ -25,7 +25,7 @@ _cmd = reduce_cmd   # the enum (functions below take a parameter of the same nam
 __all__ = ["scalar_tensor_tensor", "tensor_tensor_scan", "tensor_partition_reduce", "tensor_scalar_cumulative",
            "select_reduce", "range_select", "bn_stats", "bn_aggr", "max8", "nc_find_index8", "nc_match_replace8",
            "exponential", "tensor_copy_predicated", "dma_transpose", "dma_compute", "nc_stream_shuffle",
-           "nonzero_with_count", "nc_n_gather"]
+           "nonzero_with_count", "nc_n_gather", "local_gather", "sequence_bounds"]
 
 _CMP = (nl.equal, nl.less, nl.less_equal, nl.greater, nl.greater_equal)
 _CUMULATIVE = {nl.add: (np.add, 0.0), nl.subtract: (np.subtract, 0.0), nl.multiply: (np.multiply, 1.0),
@@ -532,3 +532,65 @@ def nc_n_gather(dst, data, indices, name=None):
         raise NkiRuleError(f"{inst}.index_range", inst, f"indices must lie in [0, {fa})", shapes)
     dst._data.reshape(pd, fd)[...] = np.take_along_axis(data._data.reshape(pa, fa), idx, axis=1)
     _record("gpsimd", inst, ("gp", fi * -(-fa // 512)), (data, indices), (dst,))
+
+
+@instruction(tensors=("dst", "src_buffer", "index"), onchip=("dst", "src_buffer", "index"))
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """GpSimd gather within each core's 16 partitions: the core's indices (``index`` rows of its 16
+    partitions, flattened partition-first, the first ``num_valid_indices``) are element offsets into each
+    of its partitions' data; ``num_elem_per_idx`` contiguous elements are read per index. Semantics of the
+    reference's NumPy test (nki/test/test_nki_isa_local_gather.py at 2.29)."""
+    inst = "local_gather"
+    shapes = _shapes(dst=dst, src_buffer=src_buffer, index=index)
+    (ps, fs), (pi, fi), (pd, fd) = _pf(src_buffer), _pf(index), _pf(dst)
+    if ps != pi or ps % 16:
+        raise NkiRuleError(f"{inst}.partitions", inst, "src_buffer and index have the same partitions, a multiple "
+                           "of 16", shapes)
+    if num_elem_per_idx not in (1, 2, 4, 8, 16, 32):
+        raise NkiRuleError(f"{inst}.num_elem_per_idx", inst, "num_elem_per_idx is one of 1, 2, 4, 8, 16, 32", shapes)
+    per_core = 16 * fi
+    valid = per_core if num_valid_indices is None else int(num_valid_indices)
+    if not 0 < valid <= min(per_core, 4096):
+        raise NkiRuleError(f"{inst}.num_valid_indices", inst, f"1..{min(per_core, 4096)} indices per core", shapes)
+    if index.dtype != _dt.uint16 or dst.dtype != src_buffer.dtype:
+        raise NkiRuleError(f"{inst}.dtype", inst, "index uint16; dst has the dtype of src_buffer", shapes)
+    if pd != ps or fd != valid * num_elem_per_idx:
+        raise NkiRuleError(f"{inst}.dst_shape", inst, f"dst must hold {valid} × {num_elem_per_idx} elements on each "
+                           f"of {ps} partitions", shapes)
+    for arg, t in (("dst", dst), ("src_buffer", src_buffer), ("index", index)):
+        if t.buffer is not SBUF:
+            raise NkiRuleError(f"{inst}.sbuf", inst, f"{arg} must be in SBUF", shapes)
+    src = src_buffer._data.reshape(ps, fs)
+    idx = index._data.reshape(pi, fi).astype(np.int64)
+    out = dst._data.reshape(pd, fd)
+    for c0 in range(0, ps, 16):
+        offsets = idx[c0:c0 + 16].flatten(order="F")[:valid]
+        if offsets.size and (offsets.max() + num_elem_per_idx > fs):
+            raise NkiRuleError(f"{inst}.index_range", inst, "an index reads past the partition's data", shapes)
+        cols = (offsets[:, None] + np.arange(num_elem_per_idx)[None, :]).reshape(-1)
+        out[c0:c0 + 16] = src[c0:c0 + 16][:, cols]
+    _record("gpsimd", inst, ("gp", valid * num_elem_per_idx), (src_buffer, index), (dst,))
+
+
+@instruction(tensors=("dst", "segment_ids"), onchip=("dst", "segment_ids"))
+def sequence_bounds(dst, segment_ids, name=None):
+    """For each element of a (1, n) tile of segment ids: the first index of its segment and one past the
+    last (segment id 0 = padding: n and −1), as dst (1, 2, n) (GpSimd). Semantics of the reference's NumPy
+    test (nki/test/test_nki_isa_sequence_bounds.py at 2.29)."""
+    inst = "sequence_bounds"
+    shapes = _shapes(dst=dst, segment_ids=segment_ids)
+    p, n = _pf(segment_ids)
+    if p != 1 or tuple(dst.shape) != (1, 2, n):
+        raise NkiRuleError(f"{inst}.shape", inst, f"segment_ids is (1, n) and dst (1, 2, n); got {segment_ids.shape}, "
+                           f"{dst.shape}", shapes)
+    if segment_ids.dtype not in (_dt.float32, _dt.int32) or dst.dtype not in (_dt.float32, _dt.int32):
+        raise NkiRuleError(f"{inst}.dtype", inst, "segment_ids and dst are float32 or int32", shapes)
+    seq = segment_ids._data.reshape(n)
+    lo = np.empty(n, np.int64)
+    hi = np.empty(n, np.int64)
+    for k in range(n):
+        lo[k] = n if seq[k] == 0 else (lo[k - 1] if k and seq[k] == seq[k - 1] else k)
+    for k in range(n - 1, -1, -1):
+        hi[k] = -1 if seq[k] == 0 else (hi[k + 1] if k < n - 1 and seq[k] == seq[k + 1] else k + 1)
+    dst._data.reshape(1, 2, n)[0] = np.stack([lo, hi]).astype(dst._data.dtype)
+    _record("gpsimd", inst, ("gp", n), (segment_ids,), (dst,))

@@ -295,3 +295,36 @@ def test_nc_n_gather_within_partitions():
         return (d,)
     (d,) = launch(body, x, idx)
     np.testing.assert_array_equal(d, np.take_along_axis(x, idx.astype(np.int64), axis=1))
+
+
+def test_local_gather_as_the_reference_test_describes():
+    src = (RNG.random((128, 64, 4)) * 100).astype(np.float32)
+    per_core = RNG.integers(0, 64, (16, 2)).astype(np.uint16)
+    index = np.tile(per_core, (8, 1))
+    valid, per_idx = 24, 4
+
+    def body(src, index_hw):
+        d = sb((128, valid * per_idx))
+        nisa.local_gather(dst=d, src_buffer=src, index=index_hw, num_elem_per_idx=per_idx, num_valid_indices=valid)
+        return (d,)
+    (d,) = launch(body, src.reshape(128, -1), (index * per_idx).astype(np.uint16))
+    ref = np.empty((128, valid, per_idx), np.float32)
+    for c in range(8):                               # the reference test's NumPy semantics
+        rows = slice(16 * c, 16 * c + 16)
+        ref[rows] = np.take(src[rows], index[rows].flatten(order="F")[:valid], axis=1)
+    np.testing.assert_array_equal(d, ref.reshape(128, -1))
+
+
+def test_sequence_bounds_example():
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], dtype=np.int32)
+
+    @nki.jit
+    def k(ids):
+        out = nl.ndarray((1, 2, ids.shape[1]), ids.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(ids.shape, ids.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=ids)
+        d = nl.ndarray((1, 2, ids.shape[1]), ids.dtype, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=d, segment_ids=t)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+    np.testing.assert_array_equal(nki.simulate(k)(ids)[0], [[9, 1, 1, 3, 3, 3, 9, 7, 7], [-1, 3, 3, 6, 6, 6, -1, 9, 9]])
