@@ -94,13 +94,15 @@ class LaunchTrace:
     """What one kernel launch executed (target-independent)."""
 
     __slots__ = ("kernel", "target", "records", "grid", "peak_sbuf_bytes", "peak_psum_banks", "wall_s",
-                 "spill_save_bytes", "spill_reload_bytes", "spill_events")
+                 "spill_save_bytes", "spill_reload_bytes", "spill_events", "psum_spill_bytes", "psum_spill_events")
 
     def __init__(self, kernel, target, records, grid=1, peak_sbuf_bytes=0, peak_psum_banks=0, wall_s=0.0,
                  spill_save_bytes=0, spill_reload_bytes=0, spill_events=0):
         self.spill_save_bytes = spill_save_bytes        # modeled compiler spills (memory.spill_analysis)
         self.spill_reload_bytes = spill_reload_bytes
         self.spill_events = spill_events
+        self.psum_spill_bytes = 0                       # PSUM accumulators moved to SBUF and back
+        self.psum_spill_events = 0
         self.kernel = kernel
         self.target = target
         self.records = records
@@ -160,6 +162,11 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
             end_all = t1
         if tl is not None:
             tl.append((ek, name, t0, t1))
+    if tr.psum_spill_bytes:  # PSUM <-> SBUF copies on the Vector Engine: max(MIN_II, elements/partition) each
+        per_event = tr.psum_spill_bytes / max(tr.psum_spill_events, 1) / 4 / 128
+        d = tr.psum_spill_events * max(prm.min_ii, per_event) / target.clock_hz["vector"]
+        busy["vector"] += d
+        end_all += d
     spill_bytes = tr.spill_save_bytes + tr.spill_reload_bytes
     if spill_bytes:  # spills and refills: DMA over all queues, stalling the engines that wait for the data
         d = tr.spill_events * prm.dma_fixed_s + spill_bytes / (nq * target.dma_queue_bw)

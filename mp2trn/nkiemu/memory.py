@@ -14,8 +14,9 @@ Every SBUF/PSUM tensor created by ``nl.ndarray``/``zeros``/... is one :class:`Al
   strict=True)``, used for mp2trn's own kernels, which must never spill) refuses at allocation time
   when the tiles still referenced exceed the capacity (:class:`NkiCapacityError`).
 * PSUM: 8 banks x 2 KiB per partition. An allocation takes ``ceil(bytes/2048)`` whole, consecutive banks
-  starting at a bank boundary (first fit), for as long as a Python reference to it exists; running out
-  of banks is an error (accumulators have fixed banks; the emulator does not model PSUM spills).
+  starting at a bank boundary (first fit), for as long as a Python reference to it exists. When none are
+  free, strict mode refuses; the default lets the tile live outside the 8 banks and the same replay (in
+  banks, by last use) counts the accumulators the compiler would move to SBUF and back.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class Memory:
         self.strict = strict
         self.clock = clock or (lambda: 0)   # index of the next instruction record
         self.intervals = {}                 # uid -> (first record index, bytes/partition, partitions, name, shape)
+        self.psum_intervals = {}            # the same for PSUM tiles, size in banks
         self.sbuf_live = 0
         self.sbuf_peak = 0
         self.psum_owner = [None] * target.psum_banks  # bank -> (uid, name, shape)
@@ -121,6 +123,15 @@ class Memory:
         if start is None:
             gc.collect()
             start = self._find_banks(nb, bank)
+        self.psum_intervals[alloc.uid] = (self.clock(), nb, alloc.shape[0], alloc.name, alloc.shape)
+        if start is None and bank is None and not self.strict:
+            # over the 8 banks while Python still holds older tiles: the compiler would spill (its
+            # liveness ends at the last use); the launch replays that afterwards (spill_analysis)
+            alloc.mem = self
+            alloc.nbytes = nbytes
+            alloc.bank0, alloc.nbanks = -1, nb
+            self.live[alloc.uid] = ("psum", nbytes, alloc.name, alloc.shape)
+            return
         if start is None:
             where = f"at bank {bank}" if bank is not None else "anywhere"
             raise NkiCapacityError(
@@ -157,7 +168,7 @@ class Memory:
             return
         if info[0] == "sbuf":
             self.sbuf_live -= info[1]
-        else:
+        elif alloc.bank0 >= 0:
             for b in range(alloc.bank0, alloc.bank0 + alloc.nbanks):
                 if self.psum_owner[b] == alloc.uid:
                     self.psum_owner[b] = None
@@ -192,12 +203,15 @@ class SpillResult:
         return max(0, self.peak - self.capacity)
 
 
-def spill_analysis(mem: "Memory", records, core: int = 0) -> SpillResult:
-    """Replay a launch's SBUF tiles with liveness from creation to last use; when the live bytes exceed
-    the capacity, evict the tiles (not used by the current instruction) whose next use is furthest,
-    saving them to HBM if they hold data, and reload them before an instruction reads them again."""
-    cap = mem.target.sbuf_usable_bytes
-    iv = mem.intervals
+def spill_analysis(mem: "Memory", records, core: int = 0, psum: bool = False) -> SpillResult:
+    """Replay a launch's SBUF tiles (or, ``psum``, its PSUM tiles in banks) with liveness from creation to
+    last use; when the live size exceeds the capacity, evict the tiles (not used by the current
+    instruction) whose next use is furthest, saving them (SBUF → HBM, PSUM → SBUF) if they hold data,
+    and reload them before an instruction reads them again. Sizes are per partition (bytes, or banks
+    for PSUM); the byte counts of the result are totals over partitions."""
+    cap = mem.target.psum_banks if psum else mem.target.sbuf_usable_bytes
+    unit = mem.target.psum_bank_bytes if psum else 1
+    iv = mem.psum_intervals if psum else mem.intervals
     uses = defaultdict(list)                     # uid -> [(t, reads)]
     for t, rec in enumerate(records):
         if rec[5] != core:
@@ -231,7 +245,7 @@ def spill_analysis(mem: "Memory", records, core: int = 0) -> SpillResult:
     pos = {u: 0 for u in iv}
     resident, written, spilled = {}, set(), set()
     nbytes = {u: iv[u][1] for u in iv}
-    total = {u: iv[u][1] * iv[u][2] for u in iv}
+    total = {u: iv[u][1] * iv[u][2] * unit for u in iv}
     size = 0
     for t in sorted(set(starts) | set(used_at)):
         for u in starts.get(t, ()):
@@ -248,10 +262,11 @@ def spill_analysis(mem: "Memory", records, core: int = 0) -> SpillResult:
         while size > cap:
             victims = [u for u in resident if u not in needed]
             if not victims:
+                what = f"{size} PSUM banks" if psum else f"{size} B/partition of SBUF"
                 raise NkiCapacityError(
-                    "capacity.sbuf", f"instruction {t}",
-                    f"the operands of one instruction need {size} B/partition of SBUF, over the {cap} available "
-                    f"on {mem.target.name}; no spill can help")
+                    "capacity.psum" if psum else "capacity.sbuf", f"instruction {t}",
+                    f"the operands of one instruction need {what}, over the {cap} available on "
+                    f"{mem.target.name}; no spill can help")
             far = max(victims, key=lambda v: _next_use(uses[v], pos[v], t))
             del resident[far]
             size -= nbytes[far]

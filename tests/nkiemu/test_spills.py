@@ -109,3 +109,43 @@ def test_tutorial_allocation_pattern_at_4096x1024x2048(rng, dtype, peak, spills)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-3)
     else:
         np.testing.assert_allclose(out.astype(np.float32), ref, rtol=3e-2, atol=1.0)
+
+
+@nki.jit
+def nine_accumulators(x):
+    """Nine PSUM accumulators written, then all read: 9 banks live, one over the 8 of a NeuronCore."""
+    out = nl.ndarray((128, 9 * 512), nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x[:, 0:128])
+    nisa.dma_copy(dst=b, src=x)
+    accs = []
+    for _ in range(9):
+        acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+        accs.append(acc)
+    for k, acc in enumerate(accs):
+        res = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out[:, k * 512:(k + 1) * 512], src=res)
+    return out
+
+
+def test_psum_over_capacity_spills_to_sbuf_and_costs_more():
+    x = np.random.default_rng(2).standard_normal((128, 512)).astype(np.float32)
+    with pytest.warns(NkiSpillWarning, match="live PSUM peaks at 9 banks, 1 over the 8"):
+        out = nki.simulate(nine_accumulators, target="trn1")(x)
+    ref = x[:, 0:128].astype(np.float64).T @ x
+    np.testing.assert_allclose(out, np.tile(ref, 9), rtol=1e-4, atol=1e-3)
+    rep = nine_accumulators.last_report
+    trace = rep.launches[0]
+    assert trace.psum_spill_bytes > 0 and trace.psum_spill_events > 0
+    from mp2trn.nkiemu.cost import CostReport, LaunchTrace
+
+    no_spill = LaunchTrace(trace.kernel, trace.target, trace.records, trace.grid, trace.peak_sbuf_bytes, 8)
+    plain = CostReport([no_spill], "trn1")
+    assert rep.engine_busy_s["vector"] > plain.engine_busy_s["vector"]      # the copies are priced
+    assert rep.scheduled_time_s > plain.scheduled_time_s
+    with pytest.raises(NkiCapacityError) as err:
+        nki.simulate(nine_accumulators, target="trn1", strict=True)(x)
+    assert err.value.rule == "capacity.psum"
