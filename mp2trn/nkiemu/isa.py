@@ -1025,8 +1025,10 @@ from .isa_vector import *  # noqa: E402,F401,F403  (the instructions of isa_vect
 
 #: instructions of the 0.3.0 reference the emulator does not implement, and why (docs/emulator.md)
 NOT_EMULATED = {
-    "nc_matmul_mx": "microscaling (MX) fp8/fp4 matmul of NeuronCore-v4: MX block formats not emulated",
-    "quantize_mx": "microscaling (MX) quantisation of NeuronCore-v4: MX block formats not emulated",
+    "nc_matmul_mx": "NeuronCore-v4 MX matmul: its x4-packed fp8/fp4 operands are not emulated and the scale "
+                    "tensors' layout is given only by reference to quantize_mx, which does not state it",
+    "quantize_mx": "NeuronCore-v4 MX quantisation: x4-packed fp8 outputs are not emulated and the layout of "
+                   "dst_scale (one scale per 8x4 group) is not stated in the reference",
     "register_alloc": "engine registers drive dynamic control flow, which the emulator does not run",
     "register_load": "engine registers drive dynamic control flow, which the emulator does not run",
     "register_store": "engine registers drive dynamic control flow, which the emulator does not run",
