@@ -5,7 +5,8 @@ line, ``#`` comments; relative paths are relative to the list). Each finished mo
 to a JSON-lines file, written under an exclusive lock and flushed to disk before the next starts, so a
 killed batch leaves only whole records:
 
-    {"source": "<path>", "status": "ok", "result": <what `mp2trn run --json` writes>, "seconds": ...}
+    {"source": "<path>", "status": "ok", "result": <what `mp2trn run --json` writes>, "seconds": ...,
+     "peak_memory_mb": <this process's (rank's) peak resident memory so far>}
     {"source": "<path>", "status": "error", "error": "<the CLI's one-line message>", "error_type": "InputError",
      "exit_code": 2, "seconds": ...}
 
@@ -119,6 +120,13 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MB; Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+
+
 def rank_and_size() -> tuple[int, int]:
     """(rank, world size) of a torchrun launch from its environment, else (0, 1)."""
     try:
@@ -166,6 +174,7 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
             summary.failed += 1
             summary.failures.append((str(source), str(exc)))
         record["seconds"] = time.perf_counter() - t0
+        record["peak_memory_mb"] = _peak_rss_mb()   # of this process (rank) so far
         if n > 1:
             record["rank"] = r
         append_record(out, record)

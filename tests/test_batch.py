@@ -50,6 +50,7 @@ def test_batch_records_each_molecule_and_keeps_going(folder, tmp_path):
     assert recs[0]["result"]["properties"]["mp2_total_energy"] == pytest.approx(
         single["properties"]["mp2_total_energy"], abs=1e-10)
     assert set(recs[0]["result"]) == set(single)                # what a single run --json holds
+    assert all(r["peak_memory_mb"] > 10 for r in recs)
 
 
 def test_resume_after_a_kill_skips_what_is_done(folder, tmp_path):
