@@ -14,50 +14,11 @@ mp2trn has gradients. Positions are in Ångström, as everywhere in ASE.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .molecule import Atom, Geometry
+from .molecule import geometry_of_atoms, read_molecule_file, require_ase
 from .options import RunOptions
-
-EXTRA_HINT = "pip install 'mp2trn[ase]'"
-
-
-def _ase():
-    try:
-        import ase
-        import ase.io
-    except ImportError:
-        raise InputError(f"this needs ASE: {EXTRA_HINT}") from None
-    return ase
-
-
-def geometry_of_atoms(atoms, charge: int | None = None, multiplicity: int | None = None) -> Geometry:
-    """mp2trn's Geometry (Å) for an ASE ``Atoms``; periodic cells are ignored (the atoms are one molecule)."""
-    symbols = atoms.get_chemical_symbols()
-    if not symbols:
-        raise InputError("the structure has no atoms")
-    pos = atoms.get_positions()
-    return Geometry([Atom(s, (float(x), float(y), float(z))) for s, (x, y, z) in zip(symbols, pos)],
-                    comment=str(atoms.info.get("name", "")), charge=charge, multiplicity=multiplicity)
-
-
-def read_molecule_file(path: str | Path) -> Geometry:
-    """A molecule from any file ASE can read (``.pdb``, ``.sdf``, ``.mol``, ``.cif``, ...): the first
-    structure in the file, its atoms in Å. An unreadable file or format is an InputError."""
-    ase = _ase()
-    p = Path(path)
-    try:
-        atoms = ase.io.read(str(p), index=0)
-    except FileNotFoundError:
-        raise InputError(f"no such file: {p}") from None
-    except Exception as exc:  # ASE raises many types for unknown or malformed formats
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"cannot read {p} as a molecule (via ASE): {text}") from None
-    if len(atoms) == 0:
-        raise InputError(f"{p}: no atoms found (read by ASE)")
-    return geometry_of_atoms(atoms)
 
 
 try:
@@ -79,7 +40,7 @@ class MP2Calculator(_CalculatorBase):
     name = "mp2trn"
 
     def __init__(self, **kwargs: Any):
-        _ase()
+        require_ase()
         unknown = set(kwargs) - set(RunOptions.__dataclass_fields__) - {"method", "label", "atoms", "directory"}
         if unknown:
             raise InputError(f"MP2Calculator: unknown parameter(s) {', '.join(sorted(unknown))}")

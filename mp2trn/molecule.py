@@ -157,6 +157,46 @@ def read_xyz(path: str | os.PathLike) -> Geometry:
     return parse_xyz(text, source=str(p))
 
 
+ASE_HINT = "pip install 'mp2trn[ase]'"
+
+
+def require_ase():
+    """The ``ase`` package (with ``ase.io``), or an InputError naming the extra."""
+    try:
+        import ase
+        import ase.io
+    except ImportError:
+        raise InputError(f"this needs ASE: {ASE_HINT}") from None
+    return ase
+
+
+def geometry_of_atoms(atoms, charge: int | None = None, multiplicity: int | None = None) -> Geometry:
+    """mp2trn's Geometry (Å) for an ASE ``Atoms``; periodic cells are ignored (the atoms are one molecule)."""
+    symbols = atoms.get_chemical_symbols()
+    if not symbols:
+        raise InputError("the structure has no atoms")
+    pos = atoms.get_positions()
+    return Geometry([Atom(s, (float(x), float(y), float(z))) for s, (x, y, z) in zip(symbols, pos)],
+                    comment=str(atoms.info.get("name", "")), charge=charge, multiplicity=multiplicity)
+
+
+def read_molecule_file(path: str | os.PathLike) -> Geometry:
+    """A molecule from any file ASE can read (``.pdb``, ``.sdf``, ``.mol``, ``.cif``, ...): the first
+    structure in the file, its atoms in Å. An unreadable file or format is an InputError."""
+    ase = require_ase()
+    p = Path(path)
+    try:
+        atoms = ase.io.read(str(p), index=0)
+    except FileNotFoundError:
+        raise InputError(f"no such file: {p}") from None
+    except Exception as exc:  # ASE raises many types for unknown or malformed formats
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot read {p} as a molecule (via ASE): {text}") from None
+    if len(atoms) == 0:
+        raise InputError(f"{p}: no atoms found (read by ASE)")
+    return geometry_of_atoms(atoms)
+
+
 def read_geometry(path: str | os.PathLike) -> Geometry:
     """Read a molecule file: XYZ (by extension or by content: an atom-count first line), else any format
     ASE reads (``.pdb``, ``.sdf``, ``.mol``, ``.cif``, ... — the extra ``mp2trn[ase]``)."""
@@ -172,8 +212,6 @@ def read_geometry(path: str | os.PathLike) -> Geometry:
         raise InputError(f"cannot read {p}: {exc}") from None
     if len(first) == 1 and first[0].isdigit():
         return read_xyz(p)
-    from .ase import read_molecule_file
-
     try:
         return read_molecule_file(p)
     except InputError as exc:
