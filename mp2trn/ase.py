@@ -51,8 +51,7 @@ class MP2Calculator(_CalculatorBase):
         from ase.calculators.calculator import all_changes
         from ase.units import Hartree
 
-        from .pipeline import open_device, run, scf_stage
-        from .scratch import run_scratch
+        from .pipeline import run, scf_only
 
         super().calculate(atoms, properties, system_changes if system_changes is not None else all_changes)
         params = dict(self.parameters)
@@ -62,8 +61,7 @@ class MP2Calculator(_CalculatorBase):
         geometry = geometry_of_atoms(self.atoms, params.pop("charge", None), params.pop("multiplicity", None))
         options = RunOptions.build(None, **{k: v for k, v in params.items() if k in RunOptions.__dataclass_fields__})
         if method in ("hf", "scf"):
-            with run_scratch(options.scratch), open_device(options) as device:
-                energy = float(scf_stage(geometry, options, device).mf.e_tot)
+            energy = float(scf_only(geometry, options)[0].mf.e_tot)
             self.result = None
         else:
             self.result = run(geometry, options)

@@ -141,3 +141,11 @@ def run(
     with run_scratch(options.scratch), open_device(options) as device:
         result, _ = compute(source, options, device, progress, keep_pair_energies)
     return result
+
+
+def scf_only(source: Source, options: RunOptions | None = None, **changes: Any) -> tuple[ScfStage, str]:
+    """Molecule → converged SCF alone (methods hf/scf of the QCSchema and ASE front ends), in its own
+    scratch directory and device like :func:`run`; returns the stage and the name of the device."""
+    options = RunOptions.build(options, **changes)
+    with run_scratch(options.scratch), open_device(options) as device:
+        return scf_stage(source, options, device), device.name

@@ -153,7 +153,7 @@ def run_atomic_input(data, memory_mb: float | None = None):
     ``memory_mb``: the budget when the keywords set none (QCEngine passes its task's memory). Raises
     :class:`~mp2trn.errors.Mp2trnError` subclasses with one-line messages.
     """
-    from .pipeline import compute, open_device, scf_stage
+    from .pipeline import compute, open_device, scf_only
     from .result import qcschema_molecule
     from .scf import scf_record
     from .scratch import run_scratch
@@ -162,19 +162,18 @@ def run_atomic_input(data, memory_mb: float | None = None):
     atomic_input = load_atomic_input(data)
     method, options = options_of(atomic_input, memory_mb=memory_mb)
     geometry = geometry_of(atomic_input.molecule)
-    with run_scratch(options.scratch), open_device(options) as device:
-        if METHODS[method] == "scf_total_energy":
-            stage = scf_stage(geometry, options, device)
-            mf = stage.mf
-            record = scf_record(mf, stage.seconds, options.lindep)
-            props = _scf_properties(mf, record)
-            extras = {"mp2trn": {"scf": record, "notes": stage.notes, "device": device.name,
-                                 "molecule": qcschema_molecule(mf.mol)}}
-        else:
+    if METHODS[method] == "scf_total_energy":
+        stage, device_name = scf_only(geometry, options)
+        record = scf_record(stage.mf, stage.seconds, options.lindep)
+        props = _scf_properties(stage.mf, record)
+        extras = {"mp2trn": {"scf": record, "notes": stage.notes, "device": device_name,
+                             "molecule": qcschema_molecule(stage.mf.mol)}}
+    else:
+        with run_scratch(options.scratch), open_device(options) as device:
             result, mf = compute(geometry, options, device)
-            doc = result.to_qcschema()
-            props = {**_scf_properties(mf, result.scf), **doc["properties"]}
-            extras = {"mp2trn": doc["extras"]["mp2trn"], "qcvars": _qcvars(result)}
+        doc = result.to_qcschema()
+        props = {**_scf_properties(mf, result.scf), **doc["properties"]}
+        extras = {"mp2trn": doc["extras"]["mp2trn"], "qcvars": _qcvars(result)}
     if method == "scs-mp2":
         value = result.e_scs
     else:

@@ -48,40 +48,44 @@ def run(
     AtomicInput JSON file, recognised by its content)."""
     check_output_path(json_path)
     options = options_from_flags(locals())
-    if _is_atomic_input(xyz):
-        return run_qcschema_file(xyz, options, json_path, quiet)
+    atomic_input = _atomic_input_text(xyz)
+    if atomic_input:
+        return run_qcschema_file(xyz, atomic_input, options, json_path, quiet)
     with run_scratch(options.scratch), open_device(options) as dev, \
             StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
         result, _ = compute(xyz, options, dev, progress)
     finish(json_path, result.to_qcschema(), quiet, lambda: print_result(result, title=str(xyz)))
 
 
-def _is_atomic_input(path: Path) -> bool:
+def _atomic_input_text(path: Path) -> str | None:
+    """The file's text when it is a QCSchema AtomicInput (by content), else None (read once)."""
     from ..qcschema import looks_like_atomic_input
 
     try:
         with open(path, encoding="utf-8") as fh:
-            head = fh.read(1 << 20)
+            if fh.read(64).lstrip()[:1] != "{":
+                return None
+            fh.seek(0)
+            text = fh.read()
     except (OSError, UnicodeDecodeError):
-        return False  # the molecule reader says what is wrong with the file
-    return head.lstrip().startswith("{") and looks_like_atomic_input(Path(path).read_text(encoding="utf-8"))
+        return None  # the molecule reader says what is wrong with the file
+    return text if looks_like_atomic_input(text) else None
 
 
-def run_qcschema_file(path: Path, options, json_path: Path | None, quiet: bool) -> None:
+def run_qcschema_file(path: Path, text: str, options, json_path: Path | None, quiet: bool) -> None:
     """A QCSchema AtomicInput file: its model and keywords say what to run; ``--json`` gets the
     AtomicResult. Settings given as flags as well are refused (one place for each setting)."""
+    from dataclasses import fields
+
     from ..options import RunOptions
     from ..qcschema import run_atomic_input
 
     defaults = RunOptions(scratch=options.scratch)
-    flagged = [name for name in ("basis", "auxbasis", "charge", "multiplicity", "unit", "frozen", "jkbasis",
-                                 "conv_tol", "max_cycle", "device", "precision", "target", "max_memory", "lindep",
-                                 "scf_jk", "scf_df")
-               if getattr(options, name) != getattr(defaults, name)]
+    flagged = [f.name for f in fields(RunOptions) if getattr(options, f.name) != getattr(defaults, f.name)]
     if flagged:
         raise InputError(f"{path} is a QCSchema AtomicInput, which carries its own settings: put "
                          f"{', '.join(flagged)} in its model or keywords instead of the command line")
-    result = run_atomic_input(Path(path).read_text(encoding="utf-8"))
+    result = run_atomic_input(text)
     document = result.model_dump(mode="json")
 
     def show() -> None:

@@ -26,6 +26,7 @@ class CpuDevice(Device):
     def __init__(self, precision: str = "fp64"):
         self.precision = precision
         self._dtype = self.mode.compute
+        self._jk_bufs: tuple[np.ndarray, np.ndarray] | None = None   # J/K work buffers, kept between builds
         # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
         # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
         # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
@@ -129,7 +130,7 @@ class CpuDevice(Device):
 
     def _jk_workspace(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Two fp64 buffers of at least ``size`` elements, kept for the next J/K build."""
-        bufs = getattr(self, "_jk_bufs", None)
+        bufs = self._jk_bufs
         if bufs is None or bufs[0].size < size:
             bufs = self._jk_bufs = (np.empty(size), np.empty(size))
         return bufs

@@ -213,30 +213,33 @@ def _launch(kernel: JitKernel, args, kwargs, target_name, strict=None):
     spills = [spill_analysis(m, launch.records, pid) for pid, m in enumerate(launch.mems)]
     pspills = [spill_analysis(m, launch.records, pid, psum=True) for pid, m in enumerate(launch.mems)]
     worst, pworst = max(spills, key=lambda s: s.peak), max(pspills, key=lambda s: s.peak)
-    if worst.over:
-        warnings.warn(NkiSpillWarning(
-            f"kernel {name}: live SBUF peaks at {worst.peak} B/partition, {worst.over} over the {worst.capacity} "
-            f"available on {T.name}; the compiler would spill: {sum(s.save_bytes for s in spills)} B saved to HBM, "
-            f"{sum(s.reload_bytes for s in spills)} B reloaded (spill_save_bytes/spill_reload_bytes; priced as "
-            f"DMA in the cost model); tiles spilled: {', '.join(worst.spilled[:6]) or '-'}"), stacklevel=3)
-    if pworst.over:
-        warnings.warn(NkiSpillWarning(
-            f"kernel {name}: live PSUM peaks at {pworst.peak} banks, {pworst.over} over the {pworst.capacity}; the "
-            f"compiler would spill accumulators to SBUF: {sum(s.save_bytes for s in pspills)} B saved, "
-            f"{sum(s.reload_bytes for s in pspills)} B reloaded (priced as Vector Engine copies); tiles spilled: "
-            f"{', '.join(pworst.spilled[:6]) or '-'}"), stacklevel=3)
+    _warn_spills(name, f"SBUF peaks at {worst.peak} B/partition", worst, spills,
+                 f"available on {T.name}; the compiler would spill to HBM", "DMA")
+    _warn_spills(name, f"PSUM peaks at {pworst.peak} banks", pworst, pspills,
+                 "banks; the compiler would spill accumulators to SBUF", "Vector Engine copies")
     trace = _cost.LaunchTrace(name, T.name, launch.records, grid, worst.peak,
                               min(pworst.peak, T.psum_banks) if pworst.peak else max(m.psum_peak_banks for m in launch.mems),
                               wall, sum(s.save_bytes for s in spills), sum(s.reload_bytes for s in spills),
-                              sum(s.spill_events for s in spills))
-    trace.psum_spill_bytes = sum(s.save_bytes + s.reload_bytes for s in pspills)
-    trace.psum_spill_events = sum(s.spill_events for s in pspills)
+                              sum(s.spill_events for s in spills),
+                              psum_spill_bytes=sum(s.save_bytes + s.reload_bytes for s in pspills),
+                              psum_spill_events=sum(s.spill_events for s in pspills))
     rep = CostReport([trace], T)
     kernel._set_report(rep)
     _last[0] = rep
     for p in _profiles:
         p.launches.append(trace)
     return result
+
+
+def _warn_spills(kernel: str, peak: str, worst, results, where: str, priced_as: str) -> None:
+    """One NkiSpillWarning for a memory (SBUF or PSUM) whose live data overflowed in this launch."""
+    if not worst.over:
+        return
+    warnings.warn(NkiSpillWarning(
+        f"kernel {kernel}: live {peak}, {worst.over} over the {worst.capacity} {where}: "
+        f"{sum(s.save_bytes for s in results)} B saved, {sum(s.reload_bytes for s in results)} B reloaded "
+        f"(spill_save_bytes/spill_reload_bytes; priced as {priced_as} in the cost model); tiles spilled: "
+        f"{', '.join(worst.spilled[:6]) or '-'}"), stacklevel=4)
 
 
 @contextlib.contextmanager

@@ -97,12 +97,12 @@ class LaunchTrace:
                  "spill_save_bytes", "spill_reload_bytes", "spill_events", "psum_spill_bytes", "psum_spill_events")
 
     def __init__(self, kernel, target, records, grid=1, peak_sbuf_bytes=0, peak_psum_banks=0, wall_s=0.0,
-                 spill_save_bytes=0, spill_reload_bytes=0, spill_events=0):
+                 spill_save_bytes=0, spill_reload_bytes=0, spill_events=0, psum_spill_bytes=0, psum_spill_events=0):
         self.spill_save_bytes = spill_save_bytes        # modeled compiler spills (memory.spill_analysis)
         self.spill_reload_bytes = spill_reload_bytes
         self.spill_events = spill_events
-        self.psum_spill_bytes = 0                       # PSUM accumulators moved to SBUF and back
-        self.psum_spill_events = 0
+        self.psum_spill_bytes = psum_spill_bytes        # PSUM accumulators moved to SBUF and back
+        self.psum_spill_events = psum_spill_events
         self.kernel = kernel
         self.target = target
         self.records = records
