@@ -66,8 +66,9 @@ class DFIntegrals:
         """How many blocks ``ao_blocks(max_functions)`` yields."""
         return sum(1 for _ in _shell_ranges(self.auxmol.ao_loc_nr(), max_functions))
 
-    def ao_blocks(self, max_functions: int, packed: bool = False) -> Iterator[tuple[int, int, np.ndarray]]:
-        """Yield (p0, p1, (P|μν)) over aux shells, ≤ max_functions each.
+    def ao_blocks(self, max_functions: int, packed: bool = False,
+                  shells: tuple[int, int] | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Yield (p0, p1, (P|μν)) over aux shells (all, or the range ``shells``), ≤ max_functions each.
 
         The block is (p1−p0, nao, nao), or (p1−p0, nao(nao+1)/2) with μ ≥ ν packed when ``packed``.
         """
@@ -76,7 +77,7 @@ class DFIntegrals:
         loc = auxmol.ao_loc_nr()
         nbas = mol.nbas
         aosym = "s2ij" if packed else "s1"
-        for s0, s1 in _shell_ranges(loc, max_functions):
+        for s0, s1 in _shell_ranges(loc, max_functions, *(shells or ())):
             ints = pmol.intor("int3c2e", aosym=aosym, shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1))
             # PySCF returns (nao, nao, p) / (npair, p) in Fortran order, i.e. (p, ...) in C order
             yield int(loc[s0]), int(loc[s1]), ints.T
@@ -122,9 +123,11 @@ def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
     return DFIntegrals(mol, auxmol, aux, l_chol)
 
 
-def _shell_ranges(ao_loc: np.ndarray, max_functions: int) -> Iterator[tuple[int, int]]:
-    nshell = len(ao_loc) - 1
-    s0 = 0
+def _shell_ranges(ao_loc: np.ndarray, max_functions: int, first: int = 0,
+                  last: int | None = None) -> Iterator[tuple[int, int]]:
+    """Consecutive shell ranges of shells ``first:last`` holding ≤ max_functions each (≥ one shell)."""
+    nshell = len(ao_loc) - 1 if last is None else last
+    s0 = first
     while s0 < nshell:
         s1 = s0 + 1
         while s1 < nshell and ao_loc[s1 + 1] - ao_loc[s0] <= max_functions:

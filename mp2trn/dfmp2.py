@@ -18,14 +18,15 @@ import numpy as np
 from .devices import Device, get_device
 from .df import build_df, describe_basis
 from .energy import pair_energies
-from .errors import InputError
+from .errors import InputError, ResourceError
 from .memory import SpinShape, plan_blocks
 from .options import Frozen
+from .parallel import Comm
 from .orbitals import is_uhf, select_frozen, spin_orbitals
 from .result import MP2Result, qcschema_molecule
 from .scf import check_converged, scf_jkbasis
 from .progress import Progress
-from .transform import BStore, build_b
+from .transform import BStore, build_b, build_shared_b
 
 
 def kernel(
@@ -36,13 +37,17 @@ def kernel(
     frozen: Frozen = None,
     progress: Progress | None = None,
     keep_pair_energies: bool = False,
+    comm: Comm | None = None,
 ) -> MP2Result:
     """DF-MP2 energy of the converged SCF ``mf`` on ``device`` within ``max_memory`` MB.
 
     auxbasis: MP2 fitting basis (None: PySCF's RI partner of the orbital basis, never the JK basis).
     frozen: see :data:`mp2trn.options.Frozen`. The device is used, not closed.
+    comm: the ranks the work is spread over (:mod:`mp2trn.parallel`; None: this process alone); the
+    budget is then per rank and every rank returns the same energies.
     Returns an MP2Result with timings (s) of the stages: df_setup, ao_to_mo, metric, pairs, mp2.
     """
+    comm = comm or Comm()
     t_start = time.perf_counter()
     check_converged(mf)
     mol = mf.mol
@@ -54,17 +59,30 @@ def kernel(
     t0 = time.perf_counter()
     dfi = build_df(mol, auxbasis)
     t_df = time.perf_counter() - t0
-    plan = plan_blocks(mol.nao_nr(), dfi.naux, [SpinShape(s.nocc, s.nvir) for s in spins], dfi.max_aux_shell,
-                       max_memory, itemsize=device.storage_dtype.itemsize)
+    plan = plan_blocks(mol.nao_nr(), dfi.naux, [SpinShape(-(-s.nocc // comm.size), s.nvir) for s in spins],
+                       dfi.max_aux_shell, max_memory, itemsize=device.storage_dtype.itemsize)
     occ_block = plan.occ_block
     limit = device.occ_block_limit(dfi.naux, max(s.nvir for s in spins))
     if limit is not None:
         occ_block = max(1, min(occ_block, limit))
-    with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as store:
-        stage_times = build_b(dfi, spins, device, plan, store, progress)
+    shared_mb = None
+    if comm.size > 1:
+        if not plan.incore:
+            raise ResourceError(f"this rank's share of the B tensors ({plan.b_tensor_mb:.0f} MB) does not fit its "
+                                f"memory budget ({max_memory:.0f} MB per rank): a run over ranks keeps its share "
+                                "in memory; use more ranks or raise --memory")
+        store, stage_times = build_shared_b(dfi, spins, device, plan.aux_block, comm, progress)
+        shared_mb = store.nbytes / 1e6
         t0 = time.perf_counter()
-        pairs = pair_energies(store, spins, device, occ_block, progress)
+        pairs = pair_energies(store, spins, device, occ_block, progress, comm)
         t_pairs = time.perf_counter() - t0
+        store.arrays = []
+    else:
+        with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as store:
+            stage_times = build_b(dfi, spins, device, plan, store, progress)
+            t0 = time.perf_counter()
+            pairs = pair_energies(store, spins, device, occ_block, progress)
+            t_pairs = time.perf_counter() - t0
     what_ran = device.what_ran()
     what_ran.update({
         "basis": describe_basis(mol.basis),
@@ -78,6 +96,9 @@ def kernel(
         "aux_block": plan.aux_block,
         "pair_blocks": pairs.block_pairs,
     })
+    if comm.size > 1:
+        what_ran["ranks"] = comm.size
+        what_ran["b_share_mb"] = shared_mb
     timings = {"df_setup": t_df, **stage_times, "pairs": t_pairs, "mp2": time.perf_counter() - t_start}
     nelec = mol.nelec
     return MP2Result(

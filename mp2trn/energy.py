@@ -16,6 +16,7 @@ from .devices.base import Device
 from .orbitals import SpinOrbitals
 from .progress import Progress
 from .scratch import check_stopped
+from .parallel import Comm
 from .transform import BStore
 
 
@@ -44,35 +45,53 @@ def _blocks(n: int, size: int) -> list[tuple[int, int]]:
     return [(i, min(n, i + even)) for i in range(0, n, even)]
 
 
-def _channel(
-    store: BStore, device: Device, spins: list[SpinOrbitals], si: int, sj: int, occ_block: int, progress, done_total
-) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """Per-pair os and x for channel (si, sj); same-spin channels only fill i ≤ j."""
+#: one block pair of a channel: i-range, B_i, j-range, B_j (None: the diagonal block, B_j = B_i)
+Task = tuple[tuple[int, int], np.ndarray, tuple[int, int], "np.ndarray | None"]
+
+
+def _local_tasks(store: BStore, spins: list[SpinOrbitals], si: int, sj: int, occ_block: int):
+    """All block pairs of channel (si, sj) from one store (same spin: i ≤ j blocks only). Returns
+    (count, iterator of :data:`Task`)."""
+    a, b = spins[si], spins[sj]
+    same = si == sj
+    iblocks, jblocks = _blocks(a.nocc, occ_block), _blocks(b.nocc, occ_block)
+    pairs = [(bi, bj) for bi in range(len(iblocks)) for bj in range(len(jblocks)) if not (same and bj < bi)]
+
+    def tasks():
+        for bi, bj in pairs:
+            (i0, i1), (j0, j1) = iblocks[bi], jblocks[bj]
+            b_i = store.occ_block(si, a.nvir, i0, i1)
+            b_j = None if (same and bi == bj) else store.occ_block(sj, b.nvir, j0, j1)
+            yield (i0, i1), b_i, (j0, j1), b_j
+
+    return len(pairs), tasks()
+
+
+def _channel(device: Device, spins: list[SpinOrbitals], si: int, sj: int, tasks, progress,
+             done_total: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-pair os and x for channel (si, sj) from its block pairs; same-spin channels fill i ≤ j only
+    (a block pair with i > j, as ranks meet them, is stored transposed: os_ji = os_ij)."""
     a, b = spins[si], spins[sj]
     same = si == sj
     os_ = np.zeros((a.nocc, b.nocc))
     xx = np.zeros_like(os_) if same else None
-    iblocks, jblocks = _blocks(a.nocc, occ_block), _blocks(b.nocc, occ_block)
-    count = 0
-    for bi, (i0, i1) in enumerate(iblocks):
-        b_i = store.occ_block(si, a.nvir, i0, i1)
-        for bj, (j0, j1) in enumerate(jblocks):
-            if same and bj < bi:
-                continue
-            b_j = None if (same and bi == bj) else store.occ_block(sj, b.nvir, j0, j1)
-            o, x = device.pair_energies(b_i, b_j, a.e_occ[i0:i1], b.e_occ[j0:j1], a.e_vir, b.e_vir, exchange=same)
+    for (i0, i1), b_i, (j0, j1), b_j in tasks:
+        o, x = device.pair_energies(b_i, b_j, a.e_occ[i0:i1], b.e_occ[j0:j1], a.e_vir, b.e_vir, exchange=same)
+        if same and i0 > j0:
+            os_[j0:j1, i0:i1] = o.T
+            xx[j0:j1, i0:i1] = x.T
+        else:
             os_[i0:i1, j0:j1] = o
             if same:
                 xx[i0:i1, j0:j1] = x
-            count += 1
-            done_total[0] += 1
-            check_stopped()  # a signal swallowed inside a library call still ends the run within a block
-            if progress:
-                progress("pairs", done_total[0], done_total[1])
+        done_total[0] += 1
+        check_stopped()  # a signal swallowed inside a library call still ends the run within a block
+        if progress:
+            progress("pairs", done_total[0], done_total[1])
     if same:  # blocks below the diagonal were never formed; keep only i <= j
         os_ = np.triu(os_)
         xx = np.triu(xx)
-    return os_, xx, count
+    return os_, xx
 
 
 def pair_energies(
@@ -81,37 +100,103 @@ def pair_energies(
     device: Device,
     occ_block: int,
     progress: Progress | None = None,
+    comm: Comm | None = None,
 ) -> PairEnergies:
-    """Compute E_os and E_ss for RHF (one channel) or UHF (alpha, beta channels)."""
-    result = PairEnergies()
-    nb = [len(_blocks(s.nocc, occ_block)) for s in spins]
+    """Compute E_os and E_ss for RHF (one channel) or UHF (alpha, beta channels).
+
+    With ``comm`` over several ranks, ``store`` is this rank's :class:`~mp2trn.transform.SharedB`; the
+    block pairs are shared out by :func:`ring_tasks` and the per-pair sums all-reduced in fp64.
+    """
+    comm = comm or Comm()
+    channels = [(0, 0, "rhf")] if len(spins) == 1 else [(0, 0, "alpha-alpha"), (1, 1, "beta-beta"), (0, 1, "alpha-beta")]
+    streams = [(ring_tasks(store, spins, si, sj, occ_block, comm) if comm.size > 1
+                else _local_tasks(store, spins, si, sj, occ_block)) for si, sj, _ in channels]
+    done = [0, sum(count for count, _ in streams)]
+    result = PairEnergies(block_pairs=done[1], channels=[label for *_, label in channels])
+    parts = []
+    for (si, sj, _), (_, tasks) in zip(channels, streams):
+        os_, xx = _channel(device, spins, si, sj, tasks, progress, done)
+        parts.append((comm.allreduce(os_, "reduce"), None if xx is None else comm.allreduce(xx, "reduce")))
     if len(spins) == 1:
-        total = nb[0] * (nb[0] + 1) // 2
-        done = [0, total]
-        os_, xx, count = _channel(store, device, spins, 0, 0, occ_block, progress, done)
+        os_, xx = parts[0]
         weight = 2.0 * np.triu(np.ones_like(os_), 1) + np.eye(os_.shape[0])
         result.e_os = float(np.sum(weight * os_))
         result.e_ss = float(np.sum(weight * (os_ - xx)))
         # pair energies e_ij (i <= j, Hartree): os and ss parts of the full (2T - Tᵀ) contraction
         result.pair_os = [weight * os_]
         result.pair_ss = [weight * (os_ - xx)]
-        result.channels = ["rhf"]
-        result.block_pairs = count
         return result
-    total = sum(n * (n + 1) // 2 for n in nb) + nb[0] * nb[1]
-    done = [0, total]
-    for s, label in ((0, "alpha-alpha"), (1, "beta-beta")):
-        os_, xx, count = _channel(store, device, spins, s, s, occ_block, progress, done)
+    for os_, xx in parts[:2]:
         ss = np.triu(os_ - xx, 1)
         result.e_ss += float(np.sum(ss))
         result.pair_os.append(np.zeros_like(ss))
         result.pair_ss.append(ss)
-        result.channels.append(label)
-        result.block_pairs += count
-    os_, _, count = _channel(store, device, spins, 0, 1, occ_block, progress, done)
+    os_ = parts[2][0]
     result.e_os = float(np.sum(os_))
     result.pair_os.append(os_)
     result.pair_ss.append(np.zeros_like(os_))
-    result.channels.append("alpha-beta")
-    result.block_pairs += count
     return result
+
+
+def _ring_share(r: int, q: int, step: int, size: int, rows: list, cols: list, same: bool) -> tuple[list, list]:
+    """At ring ``step``, the i-blocks of rank ``r`` and the j-blocks of rank ``q = r + step`` that rank
+    ``r`` pairs. Opposite spins: all of them. Same spin (pair {r, q} met twice, at steps s and N − s):
+    steps below N/2 take the whole rectangle, steps above none, and the middle step of an even N splits it
+    — the lower rank takes the first half of q's blocks, the higher its own second half against all."""
+    if not same or 2 * step < size:
+        return rows, cols
+    if 2 * step > size:
+        return [], []
+    if r < q:
+        return rows, cols[: -(-len(cols) // 2)]
+    return rows[-(-len(rows) // 2):], cols
+
+
+def ring_tasks(store, spins: list[SpinOrbitals], si: int, sj: int, occ_block: int, comm: Comm):
+    """This rank's block pairs of channel (si, sj) when B is shared by occupied orbitals over ranks.
+
+    Rank r holds B for its occupied range. At ring step s it pairs its blocks with those of rank
+    q = (r + s) mod N, received one block at a time while it sends its own blocks to rank (r − s) mod N
+    (which needs them at the same step), so a rank holds its share plus one block in flight. Step 0 (its
+    own blocks) is the single-rank triangle for the same spin. Returns (count, iterator of :data:`Task`).
+    """
+    r, n = comm.rank, comm.size
+    a, b = spins[si], spins[sj]
+    same = si == sj
+    blocks_i = [store.rank_blocks(si, p, occ_block) for p in range(n)]
+    blocks_j = [store.rank_blocks(sj, p, occ_block) for p in range(n)]
+    steps = []
+    count = 0
+    for step in range(n):
+        q, d = (r + step) % n, (r - step) % n
+        if same and step == 0:
+            mine = blocks_i[r]
+            pairs = [(x, y) for k, x in enumerate(mine) for y in mine[k:]]
+            steps.append((q, d, pairs, [], []))
+            count += len(pairs)
+            continue
+        rows, cols = _ring_share(r, q, step, n, blocks_i[r], blocks_j[q], same)
+        wanted = _ring_share(d, r, step, n, blocks_i[d], blocks_j[r], same)[1]  # rank d's use of our blocks
+        steps.append((q, d, rows, cols, wanted if step else []))
+        count += len(rows) * len(cols)
+
+    def tasks():
+        for step, (q, d, rows, cols, wanted) in enumerate(steps):
+            if same and step == 0:
+                for (i0, i1), (j0, j1) in rows:
+                    b_j = None if i0 == j0 else store.occ_block(sj, b.nvir, j0, j1)
+                    yield (i0, i1), store.occ_block(si, a.nvir, i0, i1), (j0, j1), b_j
+                continue
+            for c in range(max(len(cols), len(wanted))):
+                if step == 0:   # opposite spins, own β blocks: nothing to pass
+                    b_j = store.occ_block(sj, b.nvir, *cols[c])
+                else:
+                    send = store.occ_block(sj, b.nvir, *wanted[c]) if c < len(wanted) else None
+                    shape = (store.naux, cols[c][1] - cols[c][0], b.nvir) if c < len(cols) else None
+                    b_j = comm.exchange(send, d, shape, q, store.dtype, "pairs")
+                if b_j is None:
+                    continue
+                for i0, i1 in rows:
+                    yield (i0, i1), store.occ_block(si, a.nvir, i0, i1), cols[c], b_j
+
+    return count, tasks()

@@ -51,6 +51,16 @@ class NumericalError(Mp2trnError):
     exit_code = 7
 
 
+class RankFailed(Mp2trnError):
+    """Another rank of a run spread over several ranks failed: its one-line message and exit code, which
+    every rank then exits with (see :mod:`mp2trn.parallel`)."""
+
+    def __init__(self, rank: int | None, message: str, exit_code: int):
+        super().__init__(message if rank is None else f"rank {rank}: {message}")
+        self.rank = rank
+        self.exit_code = exit_code
+
+
 class Terminated(BaseException):
     """The run was stopped by a signal (SIGTERM, SIGHUP; SIGINT is Python's KeyboardInterrupt): scratch is
     removed, nothing is written. A BaseException, as KeyboardInterrupt is, so that no ``except Exception``

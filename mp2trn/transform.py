@@ -21,6 +21,7 @@ from .df import DFIntegrals
 from .errors import ResourceError
 from .memory import BlockPlan
 from .orbitals import SpinOrbitals
+from .parallel import Comm, balanced_counts, offsets, weighted_split
 from .progress import Progress
 from .scratch import check_stopped
 
@@ -65,6 +66,78 @@ class BStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class SharedB:
+    """This rank's share of B when a run is spread over ranks: per spin, all auxiliary rows for this
+    rank's range of occupied orbitals, ``(naux, nocc_r·nvir)`` in memory. Occupied indices are global."""
+
+    def __init__(self, naux: int, spins: list[SpinOrbitals], dtype: np.dtype, comm: Comm):
+        self.naux, self.dtype, self.comm = naux, np.dtype(dtype), comm
+        self.counts = [balanced_counts(s.nocc, comm.size) for s in spins]   # occupied orbitals per rank
+        self.starts = [offsets(c) for c in self.counts]
+        self.arrays: list[np.ndarray] = []
+
+    def occ_range(self, spin: int, rank: int) -> tuple[int, int]:
+        return self.starts[spin][rank], self.starts[spin][rank + 1]
+
+    def rank_blocks(self, spin: int, rank: int, occ_block: int) -> list[tuple[int, int]]:
+        """Rank ``rank``'s occupied range of ``spin`` in blocks of at most ``occ_block`` (global indices)."""
+        lo, hi = self.occ_range(spin, rank)
+        if hi == lo:
+            return []
+        count = -(-(hi - lo) // max(occ_block, 1))
+        even = -(-(hi - lo) // count)
+        return [(i, min(hi, i + even)) for i in range(lo, hi, even)]
+
+    def occ_block(self, spin: int, nvir: int, i0: int, i1: int) -> np.ndarray:
+        """B for this rank's occupied orbitals i0:i1 (global) as (naux, i1−i0, nvir), a view."""
+        lo, hi = self.occ_range(spin, self.comm.rank)
+        if not lo <= i0 <= i1 <= hi:
+            raise IndexError(f"occupied orbitals {i0}:{i1} are not on rank {self.comm.rank} ({lo}:{hi})")
+        return self.arrays[spin][:, (i0 - lo) * nvir : (i1 - lo) * nvir].reshape(self.naux, i1 - i0, nvir)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+
+def build_shared_b(
+    dfi: DFIntegrals,
+    spins: list[SpinOrbitals],
+    device: Device,
+    aux_block: int,
+    comm: Comm,
+    progress: Progress | None = None,
+) -> tuple[SharedB, dict[str, float]]:
+    """B shared over ranks: each rank makes (P|ia) for its auxiliary shells, an all-to-all hands every rank
+    all auxiliary rows of its occupied range, and the metric solve runs there. Returns the share and stage
+    wall times (s): 'ao_to_mo' (including the all-to-all), 'metric'."""
+    t0 = time.perf_counter()
+    ao_loc = dfi.auxmol.ao_loc_nr()
+    shells = weighted_split(np.diff(ao_loc), comm.size)
+    rows = [int(ao_loc[s1] - ao_loc[s0]) for s0, s1 in shells]
+    p_start = int(ao_loc[shells[comm.rank][0]])
+    store = SharedB(dfi.naux, spins, device.storage_dtype, comm)
+    half = [np.empty((rows[comm.rank], s.nocc * s.nvir), dtype=device.storage_dtype) for s in spins]
+    blocks = list(dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=shells[comm.rank]))
+    for k, (p0, p1, ao) in enumerate(blocks):
+        for s, orb in enumerate(spins):
+            half[s][p0 - p_start : p1 - p_start] = device.ao_to_mo(ao, orb.c_occ, orb.c_vir).reshape(p1 - p0, -1)
+        check_stopped()
+        if progress:
+            progress("ao_to_mo", k + 1, len(blocks))
+    for s, orb in enumerate(spins):
+        cols = [c * orb.nvir for c in store.counts[s]]
+        store.arrays.append(comm.rows_to_cols(half[s], rows, cols, "ao_to_mo"))
+        half[s] = None  # the auxiliary-row share is no longer needed
+    t1 = time.perf_counter()
+    for s in range(len(spins)):
+        if store.arrays[s].shape[1]:
+            store.arrays[s] = np.asarray(device.metric_solve(dfi.l_chol, store.arrays[s]), dtype=device.storage_dtype)
+        if progress:
+            progress("metric", s + 1, len(spins))
+    return store, {"ao_to_mo": t1 - t0, "metric": time.perf_counter() - t1}
 
 
 def disk_full(exc: BaseException) -> bool:
