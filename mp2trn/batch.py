@@ -28,6 +28,7 @@ from typing import Any
 
 from .errors import InputError, Mp2trnError
 from .files import _json_default
+from .memory import peak_rss_mb
 from .options import RunOptions
 
 #: file name endings taken from a folder (ASE formats need the extra, like `mp2trn run`)
@@ -120,13 +121,6 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (MB; Linux reports ru_maxrss in KiB)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
-
-
 def rank_and_size() -> tuple[int, int]:
     """(rank, world size) of a torchrun launch from its environment, else (0, 1)."""
     try:
@@ -145,7 +139,7 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
     """
     from .pipeline import run
 
-    options = options or RunOptions()
+    options = RunOptions.build(options, distributed=False)   # whole molecules per rank
     out = Path(out)
     if out.exists() and not resume:
         raise InputError(f"{out} exists: use --resume to continue that batch, or another --out")
@@ -174,7 +168,7 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
             summary.failed += 1
             summary.failures.append((str(source), str(exc)))
         record["seconds"] = time.perf_counter() - t0
-        record["peak_memory_mb"] = _peak_rss_mb()   # of this process (rank) so far
+        record["peak_memory_mb"] = peak_rss_mb()   # of this process (rank) so far
         if n > 1:
             record["rank"] = r
         append_record(out, record)

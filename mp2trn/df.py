@@ -136,6 +136,30 @@ def _shell_ranges(ao_loc: np.ndarray, max_functions: int, first: int = 0,
         s0 = s1
 
 
+def _metric_factor(auxmol: gto.Mole) -> np.ndarray | None:
+    """Lower Cholesky factor of the metric (P|Q) in Fortran order, or None when it is not positive definite."""
+    try:
+        return np.asfortranarray(scipy.linalg.cholesky(auxmol.intor("int2c2e", hermi=1), lower=True))
+    except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+        return None
+
+
+def _solved_rows(mol: gto.Mole, auxmol: gto.Mole, low: np.ndarray, shells: tuple[int, int],
+                 chunk_mb: float) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield (m0, m1, X) over row chunks μ ∈ [m0, m1) of the orbital shells ``shells``: X (naux, npair) is
+    L⁻¹ (Q|μν) for the pairs ν ≤ μ of those rows, in the row-major order of the lower triangle."""
+    nao, naux, nbas = mol.nao_nr(), auxmol.nao_nr(), mol.nbas
+    pmol = mol + auxmol
+    ao_loc = mol.ao_loc_nr()
+    rows_per_chunk = max(1, int(chunk_mb * 1e6 / (8 * naux * nao)))
+    for s0, s1 in _shell_ranges(ao_loc, rows_per_chunk, *shells):
+        # (npair, naux) in Fortran order: pairs μ ∈ [m0, m1), ν ≤ μ
+        ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(s0, s1, 0, s1, nbas, nbas + auxmol.nbas))
+        # X Lᵀ = (Q|μν)ᵀ solved in place: X is the block of B, pairs by row
+        yield int(ao_loc[s0]), int(ao_loc[s1]), scipy_blas.dtrsm(1.0, low, ints, side=1, lower=1, trans_a=1,
+                                                                  overwrite_b=1).T
+
+
 def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) -> np.ndarray | None:
     """The SCF's density-fitted 3-index tensor, unpacked: B[P, μ, ν] = Σ_Q (L⁻¹)_PQ (Q|μν), fp64.
 
@@ -148,22 +172,12 @@ def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) ->
     solve per block, each row μ written into B[:, μ, :μ+1], then the upper triangles filled per P. No
     packed copy is kept and nothing is unpacked again at the first J/K build.
     """
-    try:
-        low = scipy.linalg.cholesky(auxmol.intor("int2c2e", hermi=1), lower=True)
-    except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+    low = _metric_factor(auxmol)
+    if low is None:
         return None
-    low = np.asfortranarray(low)
-    nao, naux, nbas = mol.nao_nr(), auxmol.nao_nr(), mol.nbas
-    pmol = mol + auxmol
-    ao_loc = mol.ao_loc_nr()
+    nao, naux = mol.nao_nr(), auxmol.nao_nr()
     out = np.empty((naux, nao, nao))
-    rows_per_chunk = max(1, int(chunk_mb * 1e6 / (8 * naux * nao)))
-    for s0, s1 in _shell_ranges(ao_loc, rows_per_chunk):
-        m0, m1 = int(ao_loc[s0]), int(ao_loc[s1])
-        # (npair, naux) in Fortran order: pairs μ ∈ [m0, m1), ν ≤ μ
-        ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(s0, s1, 0, s1, nbas, nbas + auxmol.nbas))
-        # X Lᵀ = (Q|μν)ᵀ solved in place: X is the block of B, pairs by row
-        x = scipy_blas.dtrsm(1.0, low, ints, side=1, lower=1, trans_a=1, overwrite_b=1).T   # (naux, npair)
+    for m0, m1, x in _solved_rows(mol, auxmol, low, (0, mol.nbas), chunk_mb):
         off = 0
         for mu in range(m0, m1):
             out[:, mu, : mu + 1] = x[:, off : off + mu + 1]
@@ -171,3 +185,30 @@ def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) ->
     for b in out:
         lib.hermi_triu(b, inplace=True)
     return out
+
+
+def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm, chunk_mb: float = 256.0) -> np.ndarray | None:
+    """This rank's auxiliary rows of :func:`cholesky_tensor` when the SCF is spread over ranks:
+    (naux_r, nao, nao) for rows ``balanced_counts(naux, size)``; None when the metric is not positive
+    definite.
+
+    Each rank solves the pair columns of its share of the orbital shells (shares of equal pair count), then
+    an all-to-all turns pair columns into auxiliary rows: no rank ever holds the whole tensor.
+    """
+    from .parallel import balanced_counts, weighted_split
+
+    low = _metric_factor(auxmol)
+    if low is None:
+        return None
+    ao_loc = mol.ao_loc_nr()
+    pairs_per_shell = [sum(mu + 1 for mu in range(ao_loc[s], ao_loc[s + 1])) for s in range(mol.nbas)]
+    shells = weighted_split(pairs_per_shell, comm.size)
+    cols = [int(sum(pairs_per_shell[a:b])) for a, b in shells]
+    mine = np.empty((auxmol.nao_nr(), cols[comm.rank]))
+    off = 0
+    for _, _, x in _solved_rows(mol, auxmol, low, shells[comm.rank], chunk_mb):
+        mine[:, off : off + x.shape[1]] = x
+        off += x.shape[1]
+    rows = comm.cols_to_rows(mine, balanced_counts(auxmol.nao_nr(), comm.size), cols, "scf_tensor")
+    del mine
+    return lib.unpack_tril(rows)

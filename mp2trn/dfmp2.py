@@ -99,6 +99,8 @@ def kernel(
     if comm.size > 1:
         what_ran["ranks"] = comm.size
         what_ran["b_share_mb"] = shared_mb
+        what_ran["b_share_fraction"] = shared_mb / (dfi.naux * sum(s.nocc * s.nvir for s in spins)
+                                                    * device.storage_dtype.itemsize / 1e6)
     timings = {"df_setup": t_df, **stage_times, "pairs": t_pairs, "mp2": time.perf_counter() - t_start}
     nelec = mol.nelec
     return MP2Result(

@@ -28,9 +28,10 @@ import numpy as np
 from pyscf import df, lib
 
 from .devices import Device, get_device
-from .df import cholesky_tensor
+from .df import cholesky_tensor, cholesky_tensor_share
 from .errors import InputError
 from .memory import budget_mb
+from .parallel import Comm, balanced_counts, offsets
 from .precision import Precision, get_precision
 
 #: share of the memory budget the device-side tensor may use before builds stream it
@@ -83,8 +84,10 @@ class DeviceJK(df.DF):
     tensor, ``loop``, the auxiliary basis — is PySCF's.
     """
 
-    def setup(self, device: Device, schedule: PrecisionSchedule, max_memory: float, owned: bool) -> None:
+    def setup(self, device: Device, schedule: PrecisionSchedule, max_memory: float, owned: bool,
+              comm: Comm | None = None) -> None:
         self.device = device
+        self.comm = comm or Comm()  # several ranks: each builds J/K from its auxiliary rows, then an all-reduce
         self.host = None  # a CPU device for builds in a precision the device has no J/K kernels for
         self.schedule = schedule
         self.budget = max_memory
@@ -125,13 +128,15 @@ class DeviceJK(df.DF):
         if self._cderi is None and self.auxmol is None:
             self.auxmol = df.addons.make_auxmol(self.mol, self.auxbasis)
         naux = self.auxmol.nao_nr() if self._cderi is None else self.get_naoaux()
+        naux = balanced_counts(naux, self.comm.size)[self.comm.rank]   # this rank's rows
         # the fp64 host tensor plus a device copy in ``dtype`` (none on the CPU in fp64, counted anyway)
         resident = naux * nao * nao * (8 + dtype.itemsize) <= _RESIDENT_SHARE * self.budget * 1e6
         per_aux = nao * nao * (8 + 2 * dtype.itemsize)   # a streamed block: unpacked fp64, device copy, X
         blksize = int(max(1, min(naux, 256, (0.2 * self.budget * 1e6) // per_aux)))
         self.streamed = not resident
         if not resident:
-            return (device.jk_tensor(lib.unpack_tril(b), dtype) for b in self.loop(blksize))
+            mine = (b for k, b in enumerate(self.loop(blksize)) if k % self.comm.size == self.comm.rank)
+            return (device.jk_tensor(lib.unpack_tril(b), dtype) for b in mine)
         if self._full is None:
             self._full = self._unpacked_tensor(nao)
         self._blocks = [device.jk_tensor(self._full[p0 : p0 + blksize], dtype)
@@ -141,17 +146,24 @@ class DeviceJK(df.DF):
 
     def _unpacked_tensor(self, nao: int) -> np.ndarray:
         """The whole tensor unpacked, (naux, nao, nao) fp64; ``self.tensor_source`` says how it was made."""
+        comm = self.comm
         if self._cderi is None:
-            full = cholesky_tensor(self.mol, self.auxmol)
+            full = cholesky_tensor(self.mol, self.auxmol) if comm.size == 1 else \
+                cholesky_tensor_share(self.mol, self.auxmol, comm)
             if full is not None:
-                self.tensor_source = "built by mp2trn in the device layout"
+                self.tensor_source = "built by mp2trn in the device layout" + \
+                    (f", this rank's {full.shape[0]} of {self.auxmol.nao_nr()} rows" if comm.size > 1 else "")
                 return full
             self.build()  # a metric that is not positive definite: PySCF's build handles that
         self.tensor_source = "PySCF's tensor, unpacked"
-        full = np.empty((self.get_naoaux(), nao, nao))
+        starts = offsets(balanced_counts(self.get_naoaux(), comm.size))
+        lo, hi = starts[comm.rank], starts[comm.rank + 1]
+        full = np.empty((hi - lo, nao, nao))
         p0 = 0
-        for b in self.loop():
-            lib.unpack_tril(b, out=full[p0 : p0 + len(b)])
+        for b in self.loop():   # keep this rank's rows [lo, hi)
+            a, z = max(p0, lo), min(p0 + len(b), hi)
+            if a < z:
+                lib.unpack_tril(b[a - p0 : z - p0], out=full[a - lo : z - lo])
             p0 += len(b)
         return full
 
@@ -184,6 +196,9 @@ class DeviceJK(df.DF):
                     vj[k] += j_part
                 if with_k:
                     vk[k] += k_part
+        if self.comm.size > 1:   # each rank summed its auxiliary rows
+            vj = None if vj is None else self.comm.allreduce(vj, "scf_jk")
+            vk = None if vk is None else self.comm.allreduce(vk, "scf_jk")
         shape = np.shape(dm)
         self.builds.append({"precision": self._label(mode), "seconds": time.perf_counter() - t0})
         return (None if vj is None else vj.reshape(shape)), (None if vk is None else vk.reshape(shape))
@@ -220,6 +235,7 @@ class DeviceJK(df.DF):
             "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
             "tensor": "streamed from PySCF's tensor at every build" if self.streamed else
                       f"resident on the device ({self.tensor_source})",
+            **({"ranks": self.comm.size} if self.comm.size > 1 else {}),
         }
 
 
@@ -260,12 +276,14 @@ def density_factors(dm) -> list[list[tuple[np.ndarray, float]]]:
 
 def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = None,
                    max_memory: float | None = None, auxbasis: str | dict | None = None,
-                   **device_options: Any):
+                   comm: Comm | None = None, **device_options: Any):
     """Make ``mf``'s J/K builds run on an mp2trn device (PySCF style: returns ``mf``, ready to ``run()``).
 
     mf: a PySCF RHF/UHF, density-fitted or not (then ``mf.density_fit(auxbasis)`` first).
     precision: the device's default when None; a reduced precision (fp32) starts the SCF with fp32 builds
-    and switches to fp64 near convergence. max_memory: MB (None: ``mf.max_memory``).
+    and switches to fp64 near convergence. max_memory: MB (None: ``mf.max_memory``), per rank.
+    comm: the ranks of a run spread over several (:mod:`mp2trn.parallel`): each builds J and K from its
+    share of the auxiliary rows and the partial matrices are all-reduced.
     After the SCF: ``mf.with_df.jk_record()``; ``mf.with_df.release()`` frees the device copy.
     """
     if getattr(mf, "with_df", None) is None:
@@ -283,7 +301,7 @@ def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = Non
     start = dev.mode if dev.mode.name in (dev.jk_precisions or dev.supported_precisions) else \
         get_precision(dev.jk_precisions[0])
     jk.setup(dev, PrecisionSchedule(start), float(max_memory if max_memory is not None else budget_mb(
-        getattr(mf, "max_memory", None))), owned)
+        getattr(mf, "max_memory", None))), owned, comm)
     mf.with_df = jk
     mf.check_convergence = jk.check_convergence
     return mf

@@ -61,6 +61,13 @@ def _available_bytes() -> float:
         return 4e9
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MB; Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
+
+
 @dataclass(frozen=True)
 class SpinShape:
     """Active orbital counts of one spin channel."""

@@ -76,6 +76,9 @@ class RunOptions:
     max_memory: budget in MB (None → ``PYSCF_MAX_MEMORY``, else 60 % of the available RAM).
     scratch: directory for the run's temporary files (None → ``$TMPDIR``; see :mod:`mp2trn.scratch`).
     device_options: further keyword arguments of the device's constructor (e.g. ``blocks``).
+    distributed: None — spread the molecule over the ranks of a torchrun launch or of an initialised
+    torch.distributed process group (one rank: this process alone); False — this process alone, whatever
+    the launch (``mp2trn batch`` gives each rank whole molecules); True — as None, and one rank is an error.
     """
 
     basis: str | dict = "cc-pvdz"
@@ -96,6 +99,7 @@ class RunOptions:
     max_memory: float | None = None
     scratch: str | None = None
     device_options: Mapping[str, Any] = field(default_factory=dict)
+    distributed: bool | None = None
 
     def __post_init__(self) -> None:
         if self.max_memory is not None and not self.max_memory > 0:

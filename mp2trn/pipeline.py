@@ -29,13 +29,14 @@ from .devices import Device, get_device
 from .errors import NumericalError
 from .geometry import check_geometry
 from .df import largest_shell, make_auxmol
-from .memory import budget_mb, check_budget_before_scf
+from .memory import budget_mb, check_budget_before_scf, peak_rss_mb
 from .molecule import build_mole
 from .options import RunOptions
 from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
 from .scratch import check_stopped, run_scratch
+from .parallel import Comm, open_comm
 from .progress import Progress
 
 Source = str | os.PathLike | gto.Mole
@@ -84,15 +85,17 @@ def check_before_scf(mol: gto.Mole, options: RunOptions, device: Device) -> None
                             budget_mb(options.max_memory), device.storage_dtype.itemsize)
 
 
-def scf_stage(source: Source, options: RunOptions, device: Device, progress: Progress | None = None) -> ScfStage:
-    """Molecule → converged SCF (J/K builds on ``device`` where it has them), after the checks that need
-    no SCF."""
+def scf_stage(source: Source, options: RunOptions, device: Device, progress: Progress | None = None,
+              comm: Comm | None = None) -> ScfStage:
+    """Molecule → converged SCF (J/K builds on ``device`` where it has them, shared over the ranks of
+    ``comm``), after the checks that need no SCF."""
     mol, notes = build_molecule(source, options)
     check_before_scf(mol, options, device)
     t0 = time.perf_counter()
     if progress:
         progress("scf", 0, options.max_cycle)
-    mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress)
+    mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
+                 comm=comm)
     if progress:
         progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
     return ScfStage(mf, time.perf_counter() - t0, notes)
@@ -104,14 +107,16 @@ def compute(
     device: Device,
     progress: Progress | None = None,
     keep_pair_energies: bool = False,
+    comm: Comm | None = None,
 ) -> tuple[MP2Result, Any]:
     """Molecule → SCF → DF-MP2 on ``device``. Returns the result (timings: scf, the DF-MP2 stages,
-    total) and the converged PySCF mean-field object."""
-    stage = scf_stage(source, options, device, progress)
+    total) and the converged PySCF mean-field object. With ``comm`` over several ranks (see
+    :func:`open_ranks`) every rank returns the same result, which records each rank's memory and traffic."""
+    stage = scf_stage(source, options, device, progress, comm)
     mf, t_scf = stage.mf, stage.seconds
     check_stopped()
     result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), options.auxbasis, options.frozen, progress,
-                          keep_pair_energies)
+                          keep_pair_energies, comm)
     timings = {"scf": t_scf, **result.timings}
     timings["total"] = t_scf + result.timings["mp2"]
     record = scf_record(mf, t_scf, options.lindep)
@@ -122,7 +127,24 @@ def compute(
     if not all(math.isfinite(v) for v in energies.values()):
         raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "
                              "nothing is written")
-    return replace(result, timings=timings, scf=record, notes=result.notes + stage.notes), mf
+    parallel = rank_record(comm, result) if comm is not None and comm.size > 1 else None
+    return replace(result, timings=timings, scf=record, notes=result.notes + stage.notes, parallel=parallel), mf
+
+
+def rank_record(comm: Comm, result: MP2Result) -> dict[str, Any]:
+    """Per rank: peak resident memory (MB), its share of B (MB, and as a fraction of the whole B) and the
+    bytes it sent per stage — gathered from every rank."""
+    mine = {"rank": comm.rank, "peak_memory_mb": peak_rss_mb(), "b_share_mb": result.what_ran.get("b_share_mb"),
+            "b_share_fraction": result.what_ran.get("b_share_fraction"), "bytes_sent": dict(comm.bytes_sent)}
+    return {**comm.record(), "per_rank": comm.gather(mine)}
+
+
+@contextlib.contextmanager
+def open_ranks(options: RunOptions) -> Iterator[Comm]:
+    """The ranks this run is spread over (:func:`mp2trn.parallel.open_comm`; one rank when not launched
+    by torchrun and no process group is initialised)."""
+    with open_comm(options.distributed, options.device_name.split(":")[0]) as comm:
+        yield comm
 
 
 def run(
@@ -138,8 +160,9 @@ def run(
     fields of :class:`~mp2trn.options.RunOptions` as keywords (``basis=``, ``device=``, ``max_memory=``...).
     """
     options = RunOptions.build(options, **changes)
-    with run_scratch(options.scratch), open_device(options) as device:
-        result, _ = compute(source, options, device, progress, keep_pair_energies)
+    with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as device:
+        result, _ = compute(source, options, device, progress if comm.rank == 0 else None, keep_pair_energies,
+                            comm)
     return result
 
 

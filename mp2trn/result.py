@@ -30,6 +30,7 @@ class MP2Result:
     notes: list[str] = field(default_factory=list)
     scf: dict[str, Any] | None = None  # the SCF stage: where J/K ran, precision per cycle, cycles, seconds
     e_nuc: float | None = None  # nuclear repulsion energy (Hartree)
+    parallel: dict[str, Any] | None = None  # a run over ranks: backend, and per rank memory and bytes sent
 
     @property
     def e_corr(self) -> float:
@@ -92,6 +93,7 @@ class MP2Result:
                 "cost": self.cost,
                 "notes": self.notes,
                 **({"scf": self.scf} if self.scf is not None else {}),
+                **({"parallel": self.parallel} if self.parallel is not None else {}),
             }
         )
         return {

@@ -16,6 +16,7 @@ from .devices import Device
 from .df import describe_basis, quiet_pyscf
 from .errors import ConvergenceError, InputError, Mp2trnError, NumericalError
 from .jk import DeviceJK, density_fit_jk
+from .parallel import Comm
 from .progress import Progress
 from .scratch import check_stopped
 
@@ -43,13 +44,15 @@ def jk_auxbasis(mol: gto.Mole, jkbasis: str | None) -> str | dict:
 
 
 def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
-            device: Device | None = None, progress: Progress | None = None):
+            device: Device | None = None, progress: Progress | None = None, comm: Comm | None = None):
     """Run RHF (spin 0) or UHF (spin > 0) and return the converged mean-field object.
 
     ``max_memory`` (MB) configures PySCF's own SCF (its ``max_memory``) and bounds the device copy of the
     3-index tensor; None keeps PySCF's default. With a density-fitted SCF and ``device``, the J/K builds
     run there (``options.jk``, :mod:`mp2trn.jk`); ``scf_record(mf)`` says what ran. ``progress("scf",
-    cycle, max_cycle)`` after each cycle. Raises ConvergenceError when the SCF fails to converge.
+    cycle, max_cycle)`` after each cycle. ``comm``: the ranks of a run spread over several — every rank
+    runs the same SCF driver, and the J/K builds are shared by auxiliary rows (device J/K only).
+    Raises ConvergenceError when the SCF fails to converge.
     """
     mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
     check_overlap(mol, options.lindep)
@@ -69,7 +72,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
         except Exception as exc:  # PySCF raises several types for a missing fitting basis
             raise InputError(f"JK-fit basis {options.jkbasis or 'default'!r} is not usable: {_first_line(exc)}") from None
         if on_device:
-            density_fit_jk(mf, device=device, max_memory=mf.max_memory)
+            density_fit_jk(mf, device=device, max_memory=mf.max_memory, comm=comm)
     mf.conv_tol = options.conv_tol
     mf.max_cycle = options.max_cycle
     mf.verbose = 0

@@ -110,6 +110,8 @@ def cli_errors(func):
             with handle_signals():  # SIGTERM/SIGHUP end the run like SIGINT: scratch removed, nothing written
                 return func(*args, **kwargs)
         except (Mp2trnError, Terminated) as exc:
+            if getattr(exc, "silent", False):   # a run over ranks: rank 0 prints the one line
+                raise typer.Exit(exc.exit_code) from None
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
@@ -120,6 +122,8 @@ def cli_errors(func):
         except Exception as exc:
             if os.environ.get("MP2TRN_DEBUG"):
                 raise
+            if getattr(exc, "silent", False):
+                raise typer.Exit(70) from None
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             err_console.print(
                 f"[bold red]internal error:[/] {type(exc).__name__}: {escape(msg)} (set MP2TRN_DEBUG=1 for a traceback)",

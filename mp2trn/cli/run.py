@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..files import check_output_path
 from ..jk import precision_runs
 from ..options import DEFAULTS
-from ..pipeline import compute, open_device
+from ..pipeline import compute, open_device, open_ranks
 from ..scratch import run_scratch
 from ..result import HARTREE_TO_KCAL, MP2Result
 from .common import (AuxBasis, Basis, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
@@ -51,10 +51,11 @@ def run(
     atomic_input = _atomic_input_text(xyz)
     if atomic_input:
         return run_qcschema_file(xyz, atomic_input, options, json_path, quiet)
-    with run_scratch(options.scratch), open_device(options) as dev, \
-            StageProgress(enabled=not quiet and sys.stderr.isatty()) as progress:
-        result, _ = compute(xyz, options, dev, progress)
-    finish(json_path, result.to_qcschema(), quiet, lambda: print_result(result, title=str(xyz)))
+    with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as dev, \
+            StageProgress(enabled=not quiet and sys.stderr.isatty() and comm.rank == 0) as progress:
+        result, _ = compute(xyz, options, dev, progress, comm=comm)
+    if comm.rank == 0:   # over several ranks, rank 0 alone prints and writes
+        finish(json_path, result.to_qcschema(), quiet, lambda: print_result(result, title=str(xyz)))
 
 
 def _atomic_input_text(path: Path) -> str | None:
@@ -147,8 +148,22 @@ def what_ran_table(result: MP2Result) -> Table:
     table.add_row("frozen orbitals", str(w.get("frozen")))
     table.add_row("nao / naux / nocc / nvir", f"{s['nao']} / {s['naux']} / {s['nocc']} / {s['nvir']}")
     mem = f"{w.get('memory_mb', 0):.0f} MB budget, B tensors {'on disk (HDF5)' if w.get('out_of_core') else 'in memory'}"
+    if result.parallel:
+        mem = mem.replace("budget", "budget per rank")
     table.add_row("memory", mem)
+    if result.parallel:
+        table.add_row("ranks", ranks_summary(result.parallel))
     return table
+
+
+def ranks_summary(parallel: dict) -> str:
+    """'2 ranks (gloo); per rank: peak 512/498 MB, B share 0.50/0.50, sent 12.3/11.9 MB'."""
+    ranks = parallel["per_rank"]
+    peak = "/".join(f"{r['peak_memory_mb']:.0f}" for r in ranks)
+    share = "/".join(f"{r['b_share_fraction']:.2f}" for r in ranks)
+    sent = "/".join(f"{sum(r['bytes_sent'].values()) / 1e6:.1f}" for r in ranks)
+    return (f"{parallel['ranks']} ranks ({parallel['backend']}); per rank: peak memory {peak} MB, "
+            f"share of B {share}, sent {sent} MB")
 
 
 def scf_summary(scf: dict) -> str:

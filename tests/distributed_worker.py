@@ -1,0 +1,80 @@
+"""Run under torchrun by tests/test_parallel.py (not a test module itself).
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py energies OUT
+        the Python API with a process group the caller initialised: molecules of ``CASES``, each rank's
+        result written to OUT/<case>.rank<r>.json
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py fail RANK [ARGS]
+        `mp2trn run ARGS` through the CLI, with rank RANK raising a ResourceError in its transform step
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import mp2trn
+from mp2trn.devices.cpu import CpuDevice
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class OneOrbitalBlocks(CpuDevice):
+    """The CPU device with pair blocks of one occupied orbital: many blocks per rank, passed in a ring."""
+
+    def occ_block_limit(self, naux: int, nvir: int) -> int:
+        return 1
+
+
+#: name → (molecule, run options)
+CASES = {
+    "water_rhf": ("water", {"basis": "cc-pvdz"}),
+    "hydroxyl_uhf_small_blocks": ("hydroxyl", {"basis": "cc-pvdz", "device": "one-orbital-blocks"}),
+    "methylene_uhf_frozen": ("methylene_triplet", {"basis": "cc-pvdz", "frozen": "auto"}),
+    "water_sim": ("water", {"basis": "cc-pvdz", "device": "sim"}),
+}
+
+
+def run_case(name: str) -> mp2trn.MP2Result:
+    molecule, options = CASES[name]
+    options = dict(options)
+    if options.get("device") == "one-orbital-blocks":
+        options["device"] = OneOrbitalBlocks()
+    return mp2trn.run(str(ROOT / "molecules" / f"{molecule}.xyz"), **options)
+
+
+def energies(out: Path) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")   # the caller's group: mp2trn.run spreads each molecule over it
+    for name in CASES:
+        result = run_case(name)
+        record = {"e_hf": result.e_hf, "e_corr_os": result.e_corr_os, "e_corr_ss": result.e_corr_ss,
+                  "parallel": result.parallel, "scf": result.scf}
+        (out / f"{name}.rank{dist.get_rank()}.json").write_text(json.dumps(record))
+    dist.destroy_process_group()
+
+
+def fail(rank: int, args: list[str]) -> None:
+    import os
+
+    from mp2trn import dfmp2
+    from mp2trn.cli import app
+    from mp2trn.errors import ResourceError
+
+    real = dfmp2.build_shared_b
+
+    def failing(*a, **k):
+        if int(os.environ["RANK"]) == rank:
+            raise ResourceError("the scratch disk of this rank is full (injected by the test)")
+        return real(*a, **k)
+
+    dfmp2.build_shared_b = failing
+    app(["run", *args], prog_name="mp2trn")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "energies":
+        energies(Path(sys.argv[2]))
+    else:
+        fail(int(sys.argv[2]), sys.argv[3:])

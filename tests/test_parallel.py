@@ -1,0 +1,153 @@
+"""One molecule over two ranks (torchrun, gloo on CPU): energies equal to one rank's, each rank holding
+about half of B, rank 0 alone printing and writing, and a failing rank ending the whole run with its
+message. The ring schedule of the pair step is checked for every rank count without processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mp2trn
+from mp2trn.energy import _ring_share
+from mp2trn.parallel import Comm, balanced_counts, offsets, weighted_split
+
+from .conftest import ROOT, molecule_path
+
+WORKER = str(ROOT / "tests" / "distributed_worker.py")
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def _launch(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    pytest.importorskip("torch.distributed")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TMPDIR"] = str(tmp_path)
+    return subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    """Every case of the worker run once over two ranks: {case: [rank 0 record, rank 1 record]}."""
+    out = tmp_path_factory.mktemp("ranks")
+    proc = _launch([WORKER, "energies", str(out)], out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from .distributed_worker import CASES
+
+    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(2)] for name in CASES}
+
+
+def _one_rank(name: str) -> mp2trn.MP2Result:
+    from .distributed_worker import run_case
+
+    return run_case(name)
+
+
+@pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks", "methylene_uhf_frozen"])
+def test_two_ranks_give_the_one_rank_energies(two_rank_results, name):
+    ref = _one_rank(name)
+    for record in two_rank_results[name]:   # every rank returns the same result
+        assert abs(record["e_hf"] - ref.e_hf) <= 1e-10
+        assert abs(record["e_corr_os"] - ref.e_corr_os) <= 1e-10
+        assert abs(record["e_corr_ss"] - ref.e_corr_ss) <= 1e-10
+        assert record["scf"]["ranks"] == 2 and "this rank's" in record["scf"]["tensor"]
+
+
+def test_sim_device_runs_per_rank_through_the_emulator(two_rank_results):
+    ref = _one_rank("water_sim")
+    record = two_rank_results["water_sim"][0]
+    assert record["scf"]["jk"] == "device sim"
+    # fp32 kernels: the ranks sum in another order and block the pairs differently than one rank does
+    assert abs(record["e_hf"] - ref.e_hf) <= 1e-9        # the SCF ends in fp64 builds
+    assert abs(record["e_corr_os"] + record["e_corr_ss"] - ref.e_corr) <= 2e-7
+
+
+@pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks"])
+def test_each_rank_holds_its_share_of_b_and_counts_its_traffic(two_rank_results, name):
+    parallel = two_rank_results[name][0]["parallel"]
+    assert parallel["ranks"] == 2 and parallel["backend"] == "gloo"
+    ranks = parallel["per_rank"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["b_share_fraction"] <= 0.6 for r in ranks)
+    assert sum(r["b_share_fraction"] for r in ranks) == pytest.approx(1.0)
+    for r in ranks:
+        assert r["peak_memory_mb"] > 0
+        assert set(r["bytes_sent"]) == {"scf_tensor", "scf_jk", "ao_to_mo", "pairs", "reduce"}
+        assert all(v > 0 for v in r["bytes_sent"].values())
+
+
+def test_cli_over_two_ranks_prints_and_writes_once(tmp_path):
+    out = tmp_path / "water.json"
+    proc = _launch(["-m", "mp2trn", "run", str(molecule_path("water")), "--json", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("DF-MP2 energies") == 1 and proc.stdout.count("JSON written") == 1
+    doc = json.loads(out.read_text())
+    assert doc["extras"]["mp2trn"]["parallel"]["ranks"] == 2
+    assert abs(doc["return_result"] - mp2trn.run(molecule_path("water")).e_tot) <= 1e-10
+
+
+@pytest.mark.parametrize("failing", [1, 0])
+def test_a_failing_rank_ends_every_rank_with_its_message(tmp_path, failing):
+    out = tmp_path / "never.json"
+    proc = _launch([WORKER, "fail", str(failing), str(molecule_path("water")), "--json", str(out)], tmp_path)
+    assert proc.returncode != 0
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    prefix = f"rank {failing}: " if failing else ""
+    assert ours == [f"error: {prefix}the scratch disk of this rank is full (injected by the test)"]
+    assert "exitcode  : 4" in proc.stderr            # each rank exits with the error's code, none hangs
+    ranks_output = proc.stderr.split("elastic/multiprocessing")[0]   # before torchrun's own failure report
+    assert "Traceback" not in ranks_output
+    assert not out.exists()
+
+
+def test_a_run_asking_for_ranks_without_any_is_an_error():
+    with pytest.raises(mp2trn.InputError, match="torchrun"):
+        mp2trn.run(molecule_path("water"), distributed=True)
+
+
+# -- the schedule, without processes ------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 7), st.lists(st.integers(0, 5), min_size=7, max_size=7), st.booleans())
+def test_ring_covers_every_block_pair_once(size, nblocks, same):
+    """Over all ranks and ring steps, every (i-block, j-block) pair is formed exactly once (same spin:
+    every unordered pair once, diagonal blocks on their own rank)."""
+    blocks = [[(r, k) for k in range(nblocks[r])] for r in range(size)]
+    formed = []
+    for r in range(size):
+        for step in range(size):
+            q = (r + step) % size
+            if same and step == 0:
+                mine = blocks[r]
+                formed += [frozenset((x, y)) for k, x in enumerate(mine) for y in mine[k:]]
+                continue
+            rows, cols = _ring_share(r, q, step, size, blocks[r], blocks[q], same)
+            formed += [frozenset((x, y)) if same else (x, y) for x in rows for y in cols]
+    everything = [b for bl in blocks for b in bl]
+    if same:
+        want = [frozenset((x, y)) for k, x in enumerate(everything) for y in everything[k:]]
+    else:
+        want = [(x, y) for x in everything for y in everything]
+    assert sorted(map(sorted, map(list, formed))) == sorted(map(sorted, map(list, want))) if same else \
+        sorted(formed) == sorted(want)
+
+
+@given(st.lists(st.floats(0, 100), min_size=1, max_size=40), st.integers(1, 8))
+def test_weighted_split_is_contiguous_and_complete(weights, size):
+    ranges = weighted_split(weights, size)
+    assert len(ranges) == size
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(weights)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_counts_and_a_single_rank_comm():
+    assert balanced_counts(5, 2) == [3, 2] and offsets([3, 2]) == [0, 3, 5]
+    comm = Comm()
+    x = np.arange(6.0).reshape(2, 3)
+    assert comm.allreduce(x, "s") is x and comm.rows_to_cols(x, [2], [3], "s") is x
+    assert comm.gather("a") == ["a"]
