@@ -9,6 +9,7 @@ i < j (T_ji = T_ijᵀ gives the same sums). UHF: αα and ββ give E_ss = Σ_{i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -138,18 +139,20 @@ def pair_energies(
     return result
 
 
-def _ring_share(r: int, q: int, step: int, size: int, rows: list, cols: list, same: bool) -> tuple[list, list]:
-    """At ring ``step``, the i-blocks of rank ``r`` and the j-blocks of rank ``q = r + step`` that rank
-    ``r`` pairs. Opposite spins: all of them. Same spin (pair {r, q} met twice, at steps s and N − s):
-    steps below N/2 take the whole rectangle, steps above none, and the middle step of an even N splits it
-    — the lower rank takes the first half of q's blocks, the higher its own second half against all."""
+def _ring_share(r: int, q: int, step: int, size: int, rows: list, cols: list, same: bool) -> list[tuple[Any, list]]:
+    """At ring ``step``, which blocks of rank ``q = r + step`` rank ``r`` pairs with which of its own:
+    [(q's block, [r's blocks])], only entries with work. Opposite spins: everything. Same spin (the pair
+    {r, q} meets twice, at steps s and N − s): below N/2 the whole rectangle, above it nothing, and at the
+    middle step of an even N a checkerboard — the lower rank takes block pairs (i, j) with i + j even,
+    counted in its own (i) and q's (j) block order, the higher rank the odd ones."""
     if not same or 2 * step < size:
-        return rows, cols
+        return [(c, list(rows)) for c in cols] if rows else []
     if 2 * step > size:
-        return [], []
-    if r < q:
-        return rows, cols[: -(-len(cols) // 2)]
-    return rows[-(-len(rows) // 2):], cols
+        return []
+    parity = 0 if r < q else 1
+    # r < q: i indexes r's blocks (rows), j q's (cols); r > q: q's blocks are the i side
+    share = [(c, [x for k, x in enumerate(rows) if (k + jc) % 2 == parity]) for jc, c in enumerate(cols)]
+    return [(c, mine) for c, mine in share if mine]
 
 
 def ring_tasks(store, spins: list[SpinOrbitals], si: int, sj: int, occ_block: int, comm: Comm):
@@ -172,31 +175,32 @@ def ring_tasks(store, spins: list[SpinOrbitals], si: int, sj: int, occ_block: in
         if same and step == 0:
             mine = blocks_i[r]
             pairs = [(x, y) for k, x in enumerate(mine) for y in mine[k:]]
-            steps.append((q, d, pairs, [], []))
+            steps.append((q, d, pairs, []))
             count += len(pairs)
             continue
-        rows, cols = _ring_share(r, q, step, n, blocks_i[r], blocks_j[q], same)
-        wanted = _ring_share(d, r, step, n, blocks_i[d], blocks_j[r], same)[1]  # rank d's use of our blocks
-        steps.append((q, d, rows, cols, wanted if step else []))
-        count += len(rows) * len(cols)
+        work = _ring_share(r, q, step, n, blocks_i[r], blocks_j[q], same)
+        # the blocks of ours that rank d (which pairs with us at this step) needs, in its order
+        wanted = [c for c, _ in _ring_share(d, r, step, n, blocks_i[d], blocks_j[r], same)] if step else []
+        steps.append((q, d, work, wanted))
+        count += sum(len(rows) for _, rows in work)
 
     def tasks():
-        for step, (q, d, rows, cols, wanted) in enumerate(steps):
+        for step, (q, d, work, wanted) in enumerate(steps):
             if same and step == 0:
-                for (i0, i1), (j0, j1) in rows:
+                for (i0, i1), (j0, j1) in work:
                     b_j = None if i0 == j0 else store.occ_block(sj, b.nvir, j0, j1)
                     yield (i0, i1), store.occ_block(si, a.nvir, i0, i1), (j0, j1), b_j
                 continue
-            for c in range(max(len(cols), len(wanted))):
+            for c in range(max(len(work), len(wanted))):
                 if step == 0:   # opposite spins, own β blocks: nothing to pass
-                    b_j = store.occ_block(sj, b.nvir, *cols[c])
+                    b_j = store.occ_block(sj, b.nvir, *work[c][0])
                 else:
                     send = store.occ_block(sj, b.nvir, *wanted[c]) if c < len(wanted) else None
-                    shape = (store.naux, cols[c][1] - cols[c][0], b.nvir) if c < len(cols) else None
+                    shape = (store.naux, work[c][0][1] - work[c][0][0], b.nvir) if c < len(work) else None
                     b_j = comm.exchange(send, d, shape, q, store.dtype, "pairs")
                 if b_j is None:
                     continue
-                for i0, i1 in rows:
-                    yield (i0, i1), store.occ_block(si, a.nvir, i0, i1), cols[c], b_j
+                for i0, i1 in work[c][1]:
+                    yield (i0, i1), store.occ_block(si, a.nvir, i0, i1), work[c][0], b_j
 
     return count, tasks()
