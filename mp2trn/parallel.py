@@ -10,8 +10,11 @@ collective is the identity, so the single-process path is the same code. What tr
     pairs           B blocks passed point to point (a ring of steps)   (pair step)
     reduce          all-reduce of the per-pair sums (fp64)             (once)
 
-Backends: gloo for cpu and sim, nccl for cuda, the XLA (Neuron) backend of torch-neuronx for neuron.
-Bytes are counted per stage as this rank sends them (an all-reduce as a ring does: 2(N−1)/N of the
+Backends: gloo for cpu, sim and neuron, nccl for cuda. The arrays that travel (B blocks, J and K) live
+in host memory between device launches on every device, so the neuron device exchanges them over gloo:
+torch-neuronx's XLA backend works on device-resident XLA tensors and has neither uneven all-to-all splits
+nor point-to-point send/recv (pytorch/xla, torch_xla/distributed/xla_backend.py: ``alltoall_base``
+asserts empty split sizes, ``send``/``recv`` need backend channel ids). Bytes are counted per stage as this rank sends them (an all-reduce as a ring does: 2(N−1)/N of the
 array). A rank that fails tells the others through the process group's store and tears the group down,
 so no rank waits for it; rank 0 reports the failing rank's one-line message.
 """
@@ -32,7 +35,7 @@ import numpy as np
 from .errors import DeviceUnavailableError, InputError, Mp2trnError, RankFailed
 
 #: process-group backend per device kind
-BACKENDS = {"cpu": "gloo", "sim": "gloo", "auto": "gloo", "cuda": "nccl", "neuron": "xla"}
+BACKENDS = {"cpu": "gloo", "sim": "gloo", "auto": "gloo", "cuda": "nccl", "neuron": "gloo"}
 _ERROR_KEY = "mp2trn/error"
 _SEEN_KEY = "mp2trn/error-seen"
 #: how long a failing rank other than 0 waits for rank 0 to take its message before it exits
@@ -237,10 +240,6 @@ def _collective_device(backend: str) -> str:
         import torch
 
         return f"cuda:{torch.cuda.current_device()}"
-    if backend == "xla":  # torch-neuronx: the NeuronCore's XLA device
-        import torch_xla.core.xla_model as xm  # type: ignore[import-not-found]
-
-        return str(xm.xla_device())
     return "cpu"
 
 
@@ -271,12 +270,8 @@ def _init_group(device_kind: str) -> None:
         if not torch.cuda.is_available():
             raise DeviceUnavailableError("--device cuda over several ranks needs NVIDIA GPUs (nccl); none is visible")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if backend == "xla":
-        try:
-            import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
-        except ImportError:
-            raise DeviceUnavailableError("--device neuron over several ranks needs torch-neuronx (its XLA "
-                                         "collectives); install the Neuron SDK on a trn1/trn2 instance") from None
+    if device_kind == "neuron":   # one NeuronCore per rank (Neuron runtime configuration), unless the user chose
+        os.environ.setdefault("NEURON_RT_VISIBLE_CORES", os.environ.get("LOCAL_RANK", "0"))
     dist.init_process_group(backend)
     # kept for the process's later runs (a second start on the same rendezvous would wait for ever)
     atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
