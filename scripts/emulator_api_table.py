@@ -68,7 +68,7 @@ def _tests_using(pattern: str) -> list[str]:
 def _engines(name: str) -> str:
     if name in nisa.ENGINES:
         return ", ".join(e.name for e in nisa.ENGINES[name])
-    fixed = {"nc_matmul": "tensor", "nc_transpose": "tensor, vector", "activation": "scalar",
+    fixed = {"nc_matmul": "tensor", "nc_matmul_mx": "tensor", "nc_transpose": "tensor, vector", "activation": "scalar",
              "activation_reduce": "scalar", "tensor_scalar_reduce": "vector", "tensor_reduce": "vector",
              "reciprocal": "vector", "iota": "gpsimd", "affine_select": "gpsimd", "tensor_partition_reduce": "gpsimd",
              "dma_transpose": "dma", "get_nc_version": "-"}

@@ -65,6 +65,8 @@ def instruction_seconds(engine: str, params: tuple, target: Target, prm: CostPar
         c = max(min(64, params[2]), params[3])
         if params[4]:
             c *= 2 if params[5] else 4
+    elif kind == "mmx":  # ("mmx", K, M, N): MX matmul, the cycles of a bf16 tile of the same code shape
+        c = max(min(64, params[2]), params[3])
     elif kind == "pet":  # TensorE transpose ("pet", P, F)
         c = max(params[1], min(64, params[2]))
     elif kind == "simple":  # ("simple", N, perfdiv(v3+ VectorE), alwaysdiv)
@@ -260,6 +262,8 @@ class CostReport:
                 p = rec[2]
                 if p[0] == "mm":
                     f += 2 * p[1] * p[2] * p[3]
+                elif p[0] == "mmx":   # four contraction elements per packed element
+                    f += 8 * p[1] * p[2] * p[3]
         return f
 
     def tensor_peak_pct(self, dtype: str = "bf16", time: str = "modeled") -> float:

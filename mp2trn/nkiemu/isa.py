@@ -286,7 +286,16 @@ def _same_pf(inst, rule, **kw):
     return p0, f0
 
 
+def _packed_guard(t, inst="instruction"):
+    """4-packed MX data is read only by nc_matmul_mx and written only by quantize_mx or DMA."""
+    if _dt.is_packed(t.dtype):
+        raise NkiRuleError("dtype.packed_x4", inst,
+                           f"{_dt.name(t.dtype)} data is read only by nisa.nc_matmul_mx and written only by "
+                           "nisa.quantize_mx or DMA (nki/deep-dives/mxfp-matmul.rst)", {"tensor": t.shape})
+
+
 def _f32(t):
+    _packed_guard(t)
     d = t._data
     if d.dtype != np.float32:
         d = d.astype(np.float32)
@@ -313,6 +322,7 @@ def _mask_view(t):
 
 def _write(dst, v):
     """Cast float32 (or integer) results into dst (RNE) and mark the write."""
+    _packed_guard(dst)
     d = dst._data
     if v.shape != d.shape:
         v = v.reshape(d.shape)
@@ -478,12 +488,21 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         s = s.reshape(K, M)
     if m.ndim != 2:
         m = m.reshape(K, N)
-    prod = s.T @ m
+    _accumulate_psum(dst, s.T @ m, accumulate)
+    L.record("tensor", inst, ("mm", K, M, N, _dt.is_fp32_class(sd),
+                              bool(is_stationary_onezero or is_moving_onezero)),
+             (stationary._alloc.uid, moving._alloc.uid), (dst._alloc.uid,))
+
+
+def _accumulate_psum(dst, prod, accumulate):
+    """Write a matmul result into PSUM ``dst``: ``accumulate=None`` overwrites an element's first write and
+    accumulates later ones, True always accumulates, False always overwrites (fp32 adds; a bf16 dst adds in
+    fp32 and rounds, NC-v4)."""
     d = dst._data
     if d.shape != prod.shape:
         prod = prod.reshape(d.shape)
     mask = _mask_view(dst)
-    if dst_fp32:
+    if dst.dtype == _dt.float32:
         if accumulate is None:
             if mask.all():
                 d += prod
@@ -506,9 +525,6 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         d[...] = val
     mask[...] = True
     dst._alloc.written = True
-    L.record("tensor", inst, ("mm", K, M, N, _dt.is_fp32_class(sd),
-                              bool(is_stationary_onezero or is_moving_onezero)),
-             (stationary._alloc.uid, moving._alloc.uid), (dst._alloc.uid,))
 
 
 builtin_max = max
@@ -1022,13 +1038,10 @@ def _vector_unary(dst, src, op, inst, values=None, n_inputs=1, extra_reads=()):
 
 
 from .isa_vector import *  # noqa: E402,F401,F403  (the instructions of isa_vector.py are part of nki.isa)
+from .isa_mx import *  # noqa: E402,F401,F403  (and the MX instructions of isa_mx.py)
 
 #: instructions of the 0.3.0 reference the emulator does not implement, and why (docs/emulator.md)
 NOT_EMULATED = {
-    "nc_matmul_mx": "NeuronCore-v4 MX matmul: its x4-packed fp8/fp4 operands are not emulated and the scale "
-                    "tensors' layout is given only by reference to quantize_mx, which does not state it",
-    "quantize_mx": "NeuronCore-v4 MX quantisation: x4-packed fp8 outputs are not emulated and the layout of "
-                   "dst_scale (one scale per 8x4 group) is not stated in the reference",
     "register_alloc": "engine registers drive dynamic control flow, which the emulator does not run",
     "register_load": "engine registers drive dynamic control flow, which the emulator does not run",
     "register_store": "engine registers drive dynamic control flow, which the emulator does not run",

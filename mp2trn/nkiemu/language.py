@@ -39,9 +39,9 @@ float8_e4m3 = _dt.float8_e4m3
 float8_e4m3fn = _dt.float8_e4m3fn
 float8_e5m2 = _dt.float8_e5m2
 bool_ = _dt.bool_
-float8_e4m3fn_x4 = "float8_e4m3fn_x4"
-float8_e5m2_x4 = "float8_e5m2_x4"
-float4_e2m1fn_x4 = "float4_e2m1fn_x4"
+float8_e4m3fn_x4 = _dt.float8_e4m3fn_x4
+float8_e5m2_x4 = _dt.float8_e5m2_x4
+float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 
 
 def is_psum(buffer) -> bool:
