@@ -19,6 +19,7 @@ from pyscf import df, gto, lib
 from scipy.linalg import blas as scipy_blas
 
 from .errors import InputError, NumericalError
+from .parallel import Comm, balanced_counts, weighted_split
 
 
 @contextlib.contextmanager
@@ -187,7 +188,7 @@ def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) ->
     return out
 
 
-def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm, chunk_mb: float = 256.0) -> np.ndarray | None:
+def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm: Comm, chunk_mb: float = 256.0) -> np.ndarray | None:
     """This rank's auxiliary rows of :func:`cholesky_tensor` when the SCF is spread over ranks:
     (naux_r, nao, nao) for rows ``balanced_counts(naux, size)``; None when the metric is not positive
     definite.
@@ -195,8 +196,6 @@ def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm, chunk_mb: float
     Each rank solves the pair columns of its share of the orbital shells (shares of equal pair count), then
     an all-to-all turns pair columns into auxiliary rows: no rank ever holds the whole tensor.
     """
-    from .parallel import balanced_counts, weighted_split
-
     low = _metric_factor(auxmol)
     if low is None:
         return None
