@@ -127,8 +127,14 @@ def compute(
     if not all(math.isfinite(v) for v in energies.values()):
         raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "
                              "nothing is written")
-    parallel = rank_record(comm, result) if comm is not None and comm.size > 1 else None
-    return replace(result, timings=timings, scf=record, notes=result.notes + stage.notes, parallel=parallel), mf
+    notes = result.notes + stage.notes
+    parallel = None
+    if comm is not None and comm.size > 1:
+        parallel = rank_record(comm, result)
+        if result.cost:
+            notes = notes + [f"the cost report is rank {comm.rank}'s own share of the kernels (1 of {comm.size} "
+                             "ranks); extras.mp2trn.parallel.per_rank has each rank's modeled device time"]
+    return replace(result, timings=timings, scf=record, notes=notes, parallel=parallel), mf
 
 
 def rank_record(comm: Comm, result: MP2Result) -> dict[str, Any]:
@@ -136,6 +142,8 @@ def rank_record(comm: Comm, result: MP2Result) -> dict[str, Any]:
     bytes it sent per stage — gathered from every rank."""
     mine = {"rank": comm.rank, "peak_memory_mb": peak_rss_mb(), "b_share_mb": result.what_ran.get("b_share_mb"),
             "b_share_fraction": result.what_ran.get("b_share_fraction"), "bytes_sent": dict(comm.bytes_sent)}
+    if result.cost and result.cost.get("kind") == "model":   # each rank priced its own kernels
+        mine["modeled_device_s"] = {t: result.cost["total"][t]["modeled_time_s"] for t in ("trn1", "trn2")}
     return {**comm.record(), "per_rank": comm.gather(mine)}
 
 

@@ -50,7 +50,7 @@ def energies(out: Path) -> None:
     for name in CASES:
         result = run_case(name)
         record = {"e_hf": result.e_hf, "e_corr_os": result.e_corr_os, "e_corr_ss": result.e_corr_ss,
-                  "parallel": result.parallel, "scf": result.scf}
+                  "parallel": result.parallel, "scf": result.scf, "notes": result.notes}
         (out / f"{name}.rank{dist.get_rank()}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
 

@@ -65,6 +65,8 @@ def test_sim_device_runs_per_rank_through_the_emulator(two_rank_results):
     # fp32 kernels: the ranks sum in another order and block the pairs differently than one rank does
     assert abs(record["e_hf"] - ref.e_hf) <= 1e-9        # the SCF ends in fp64 builds
     assert abs(record["e_corr_os"] + record["e_corr_ss"] - ref.e_corr) <= 2e-7
+    per_rank = record["parallel"]["per_rank"]        # each rank priced its own kernels
+    assert all(r["modeled_device_s"]["trn1"] > 0 for r in per_rank)
 
 
 @pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks"])
