@@ -2,12 +2,15 @@
 
     python scripts/bench_scf_jk.py                       # Inosine/cc-pVDZ, cpu
     python scripts/bench_scf_jk.py --sweep 2e-6 1e-8 1e-9 1e-10
+    python scripts/bench_scf_jk.py --grad-sweep 1e-3 1e-4 --reset-diis
 
 Prints the time of PySCF's own 3-index (Cholesky) tensor build, then for an fp64 SCF with device J/K:
 the first J/K build (which moves the tensor to the device), the median of the later builds, the number of
 builds and the SCF wall time. With ``--sweep``, fp32 (mixed) SCFs with each switch threshold (|ΔE| per
-cycle below threshold·|E|): cycles in fp32 and in fp64, SCF time, and the energy. A benchmark: it prints
-measurements and asserts nothing.
+cycle below threshold·|E|): cycles in fp32 and in fp64, SCF time, and the energy. With ``--grad-sweep``, fp32
+SCFs that switch on the orbital gradient instead (norm of PySCF's ``norm_gorb`` below the threshold; the
+energy rules off, at most 40 fp32 cycles), optionally clearing the DIIS history at the switch; prints the
+last fp32 gradients too. A benchmark: it prints measurements and asserts nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from mp2trn.molecule import build_mole
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | None = None):
+def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | None = None,
+                       grad_switch: float | None = None, reset_diis: bool = False):
     mf = scf.RHF(mol).density_fit()
     mf.verbose, mf.conv_tol, mf.max_memory = 0, 1e-10, default_memory_mb()
     t0 = time.perf_counter()
@@ -36,9 +40,34 @@ def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | Non
     mf = density_fit_jk(mf, device=device, precision=precision, max_memory=default_memory_mb())
     if switch_rel is not None:
         mf.with_df.schedule.switch_rel = switch_rel
+    if grad_switch is not None:
+        _switch_on_gradient(mf, grad_switch, reset_diis)
     t0 = time.perf_counter()
     mf.kernel()
     return mf, t_tensor, time.perf_counter() - t0
+
+
+def _switch_on_gradient(mf, threshold: float, reset_diis: bool) -> None:
+    """Replace the energy rules of the precision switch by a gradient rule (for this experiment only)."""
+    jk = mf.with_df
+    sched = jk.schedule
+    sched.switch_rel, sched.max_reduced, sched.min_reduced = 0.0, 40, 10**9
+    hook = jk.check_convergence
+    jk.gradients = []
+
+    def check(envs):
+        reduced = sched.reduced
+        if reduced:
+            jk.gradients.append(envs["norm_gorb"])
+            if envs["norm_gorb"] < threshold:
+                sched.current = sched.final
+        done = hook(envs)
+        if reset_diis and reduced and not sched.reduced and envs.get("mf_diis") is not None:
+            d = envs["mf_diis"]   # PySCF's DIIS has no public reset: clear its history
+            d._buffer, d._bookkeep, d._head, d._H, d._xprev = {}, [], 0, None, None
+        return done
+
+    mf.check_convergence = check
 
 
 def main() -> None:
@@ -47,6 +76,8 @@ def main() -> None:
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sweep", nargs="*", type=float, default=[], help="switch thresholds for fp32 SCFs")
+    ap.add_argument("--grad-sweep", nargs="*", type=float, default=[], help="orbital-gradient switch thresholds")
+    ap.add_argument("--reset-diis", action="store_true", help="with --grad-sweep: clear DIIS at the switch")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     print(f"{Path(args.xyz).stem}/{args.basis}, device {args.device}; {machine_description()}")
@@ -62,6 +93,15 @@ def main() -> None:
         mf, _, t = scf_with_device_jk(mol, "fp32", args.device, rel)
         cyc = mf.with_df.cycles
         print(f"| {rel:g} | {cyc.count('fp32')} | {len(cyc) - cyc.count('fp32')} | {t:.1f} | {mf.e_tot:.10f} |")
+    if args.grad_sweep:
+        print(f"\n| gradient switch (DIIS {'cleared' if args.reset_diis else 'kept'}) | fp32 cycles | fp64 cycles | "
+              "SCF (s) | E_SCF (Eh) | last fp32 gradients |")
+        print("|---:|---:|---:|---:|---:|---|")
+    for g in args.grad_sweep:
+        mf, _, t = scf_with_device_jk(mol, "fp32", args.device, grad_switch=g, reset_diis=args.reset_diis)
+        cyc = mf.with_df.cycles
+        tail = " ".join(f"{x:.0e}" for x in mf.with_df.gradients[-4:])
+        print(f"| {g:g} | {cyc.count('fp32')} | {len(cyc) - cyc.count('fp32')} | {t:.1f} | {mf.e_tot:.10f} | {tail} |")
 
 
 if __name__ == "__main__":
