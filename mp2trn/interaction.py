@@ -35,7 +35,7 @@ from .version import __version__
 from .errors import InputError, Mp2trnError
 from .molecule import Atom, Geometry, check_charge_multiplicity, parse_xyz, read_geometry
 from .options import RunOptions, parse_frozen
-from .pipeline import build_molecule, check_before_scf, compute, open_device
+from .pipeline import build_molecule, check_before_scf, compute, open_device, open_ranks
 from .result import HARTREE_TO_KCAL, MP2Result
 from .scratch import run_scratch
 
@@ -362,7 +362,8 @@ def interaction_energy(
     t_start = time.perf_counter()
     options = RunOptions.build(options, **changes)
     frozen = _check_frozen(options.frozen)
-    with run_scratch(options.scratch), open_device(options) as device:  # cheap checks first
+    # cheap checks first; over several ranks (torchrun) every calculation is spread over all of them
+    with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as device:
         geom = load_geometry(source)
         fragments, q_total, m_total = resolve_fragments(geom, split, charges, multiplicities, options.charge,
                                                         options.multiplicity)
@@ -376,7 +377,7 @@ def interaction_energy(
         for k, (calc, mol, opts) in enumerate(zip(calcs, mols, per_calc)):
             if progress is not None:
                 progress(calc.label, k, len(calcs))
-            calc.result, mf = compute(mol, opts, device)
+            calc.result, mf = compute(mol, opts, device, comm=comm)
             calc.t_scf = calc.result.timings["scf"]
             calc.t_mp2 = calc.result.timings["mp2"]
             if keep_scf:

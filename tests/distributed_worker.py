@@ -52,7 +52,15 @@ def energies(out: Path) -> None:
         record = {"e_hf": result.e_hf, "e_corr_os": result.e_corr_os, "e_corr_ss": result.e_corr_ss,
                   "parallel": result.parallel, "scf": result.scf, "notes": result.notes}
         (out / f"{name}.rank{dist.get_rank()}.json").write_text(json.dumps(record))
+    ie = interaction()
+    (out / f"interaction.rank{dist.get_rank()}.json").write_text(json.dumps(ie.delta))
     dist.destroy_process_group()
+
+
+def interaction():
+    """The counterpoise-corrected water dimer (S22 #2; ghost atoms in the monomer calculations)."""
+    return mp2trn.interaction_energy(str(ROOT / "molecules" / "s22" / "02_water_dimer.xyz"), split=3,
+                                     basis="cc-pvdz")
 
 
 def fail(rank: int, args: list[str]) -> None:

@@ -39,7 +39,8 @@ def two_rank_results(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     from .distributed_worker import CASES
 
-    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(2)] for name in CASES}
+    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(2)]
+            for name in [*CASES, "interaction"]}
 
 
 def _one_rank(name: str) -> mp2trn.MP2Result:
@@ -56,6 +57,16 @@ def test_two_ranks_give_the_one_rank_energies(two_rank_results, name):
         assert abs(record["e_corr_os"] - ref.e_corr_os) <= 1e-10
         assert abs(record["e_corr_ss"] - ref.e_corr_ss) <= 1e-10
         assert record["scf"]["ranks"] == 2 and "this rank's" in record["scf"]["tensor"]
+
+
+def test_interaction_energy_over_two_ranks(two_rank_results):
+    """Ghost atoms (counterpoise monomers) over ranks: every ΔE component as on one rank."""
+    from .distributed_worker import interaction
+
+    ref = interaction().delta
+    for delta in two_rank_results["interaction"]:
+        assert set(delta) == set(ref)
+        assert all(abs(delta[k] - ref[k]) <= 1e-10 for k in ref)
 
 
 def test_sim_device_runs_per_rank_through_the_emulator(two_rank_results):

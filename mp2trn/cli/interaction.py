@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..files import check_output_path
 from ..interaction import DELTA_KEYS, DELTA_LABELS, interaction_energy
+from ..parallel import rank_of_launch
 from ..options import DEFAULTS
 from ..result import HARTREE_TO_KCAL
 from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf, ScratchDir,
@@ -54,13 +55,16 @@ def interaction(
     check_output_path(json_path)
     options = options_from_flags(locals())
 
+    first = rank_of_launch() == 0   # under torchrun the calculations are spread over the ranks; rank 0 reports
+
     def progress(label: str, k: int, n: int) -> None:
-        if not quiet and err_console.is_terminal:
+        if not quiet and first and err_console.is_terminal:
             err_console.print(f"  [{k + 1}/{n}] {label}", highlight=False)
 
     ie = interaction_energy(xyz, split=split, charges=charges, multiplicities=multiplicities,
                             counterpoise=counterpoise, options=options, progress=progress)
-    finish(json_path, ie.to_json(), quiet, lambda: print_interaction(ie, title=str(xyz)))
+    if first:
+        finish(json_path, ie.to_json(), quiet, lambda: print_interaction(ie, title=str(xyz)))
 
 
 def print_interaction(ie, title: str) -> None:
