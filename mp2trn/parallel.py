@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DeviceUnavailableError, InputError, Mp2trnError, RankFailed
+from .errors import DeviceUnavailableError, InputError, Mp2trnError, RankFailed, Terminated
 
 #: process-group backend per device kind
 BACKENDS = {"cpu": "gloo", "sim": "gloo", "auto": "gloo", "cuda": "nccl", "neuron": "gloo"}
@@ -207,8 +207,10 @@ class TorchComm(Comm):
     def publish_failure(self, exc: BaseException) -> None:
         """Tell the other ranks why this one stops (first failure wins), then leave the group so none of
         them waits for this rank in a collective."""
-        if isinstance(exc, Mp2trnError):
+        if isinstance(exc, (Mp2trnError, Terminated)):
             message, code = str(exc), exc.exit_code
+        elif isinstance(exc, KeyboardInterrupt):
+            message, code = "interrupted", 130
         else:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message, code = f"internal error: {type(exc).__name__}: {text}", 70
