@@ -30,6 +30,7 @@ from .errors import InputError, Mp2trnError
 from .files import _json_default
 from .memory import peak_rss_mb
 from .options import RunOptions
+from .parallel import rank_and_size
 
 #: file name endings taken from a folder (ASE formats need the extra, like `mp2trn run`)
 MOLECULE_SUFFIXES = (".xyz", ".pdb", ".sdf", ".mol", ".cif")
@@ -121,14 +122,6 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def rank_and_size() -> tuple[int, int]:
-    """(rank, world size) of a torchrun launch from its environment, else (0, 1)."""
-    try:
-        return int(os.environ.get("RANK", 0)), max(1, int(os.environ.get("WORLD_SIZE", 1)))
-    except ValueError:
-        raise InputError("RANK/WORLD_SIZE must be integers (set by torchrun)") from None
-
-
 def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, options: RunOptions | None = None,
               resume: bool = False, progress: Callable[[int, int, str, float], None] | None = None,
               rank: int | None = None, world_size: int | None = None) -> BatchSummary:
@@ -180,5 +173,4 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
     return summary
 
 
-__all__ = ["BatchSummary", "collect_sources", "run_batch", "done_sources", "append_record", "drop_torn_tail",
-           "rank_and_size"]
+__all__ = ["BatchSummary", "collect_sources", "run_batch", "done_sources", "append_record", "drop_torn_tail"]

@@ -63,9 +63,9 @@ class DFIntegrals:
         """Functions in the largest auxiliary shell (the smallest possible AO block)."""
         return largest_shell(self.auxmol)
 
-    def block_count(self, max_functions: int) -> int:
-        """How many blocks ``ao_blocks(max_functions)`` yields."""
-        return sum(1 for _ in _shell_ranges(self.auxmol.ao_loc_nr(), max_functions))
+    def block_count(self, max_functions: int, shells: tuple[int, int] | None = None) -> int:
+        """How many blocks ``ao_blocks(max_functions, shells=shells)`` yields."""
+        return sum(1 for _ in _shell_ranges(self.auxmol.ao_loc_nr(), max_functions, *(shells or ())))
 
     def ao_blocks(self, max_functions: int, packed: bool = False,
                   shells: tuple[int, int] | None = None) -> Iterator[tuple[int, int, np.ndarray]]:

@@ -16,8 +16,8 @@ import numpy as np
 from .devices.base import Device
 from .orbitals import SpinOrbitals
 from .progress import Progress
-from .scratch import check_stopped
 from .parallel import Comm
+from .scratch import check_stopped
 from .transform import BStore
 
 
@@ -166,8 +166,12 @@ def ring_tasks(store, spins: list[SpinOrbitals], si: int, sj: int, occ_block: in
     r, n = comm.rank, comm.size
     a, b = spins[si], spins[sj]
     same = si == sj
-    blocks_i = [store.rank_blocks(si, p, occ_block) for p in range(n)]
-    blocks_j = [store.rank_blocks(sj, p, occ_block) for p in range(n)]
+    def rank_blocks(spin: int, rank: int) -> list[tuple[int, int]]:
+        lo, hi = store.occ_range(spin, rank)
+        return [(lo + i0, lo + i1) for i0, i1 in _blocks(hi - lo, occ_block)]
+
+    blocks_i = [rank_blocks(si, p) for p in range(n)]
+    blocks_j = [rank_blocks(sj, p) for p in range(n)]
     steps = []
     count = 0
     for step in range(n):

@@ -26,6 +26,7 @@ import contextlib
 import datetime
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,12 +108,12 @@ class Comm:
 class TorchComm(Comm):
     """The ranks of a torch.distributed process group (arrays travel as bytes; sums in fp64)."""
 
-    def __init__(self, owned: bool):
+    def __init__(self):
         import torch
         import torch.distributed as dist
 
         super().__init__(dist.get_rank(), dist.get_world_size(), str(dist.get_backend()))
-        self.torch, self.dist, self.owned = torch, dist, owned
+        self.torch, self.dist = torch, dist
         self.store = dist.distributed_c10d._get_default_store()
         self.tensor_device = _collective_device(self.backend)
 
@@ -132,8 +133,6 @@ class TorchComm(Comm):
 
     def peer_failure(self, exc: BaseException) -> RankFailed:
         """The error another rank published before leaving (or a generic one when it published none)."""
-        import time
-
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             try:
@@ -245,12 +244,12 @@ def _collective_device(backend: str) -> str:
     return "cpu"
 
 
-def launched_ranks() -> int:
-    """WORLD_SIZE of a torchrun launch (1 when not launched so)."""
+def rank_and_size() -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) of a torchrun launch from its environment, else (0, 1)."""
     try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+        return int(os.environ.get("RANK", 0)), max(1, int(os.environ.get("WORLD_SIZE", 1)))
     except ValueError:
-        raise InputError("WORLD_SIZE must be an integer (set by torchrun)") from None
+        raise InputError("RANK/WORLD_SIZE must be integers (set by torchrun)") from None
 
 
 def _torch_dist():
@@ -292,11 +291,10 @@ def open_comm(distributed: bool | None, device_kind: str) -> Iterator[Comm]:
         yield Comm()
         return
     dist = None
-    initialised = False
-    if launched_ranks() > 1 or distributed:
+    launched = rank_and_size()[1]
+    if launched > 1 or distributed:
         dist = _torch_dist()
-        initialised = dist.is_initialized()
-        if not initialised and launched_ranks() > 1:
+        if not dist.is_initialized() and launched > 1:
             _init_group(device_kind)
     if dist is None or not dist.is_initialized() or dist.get_world_size() == 1:
         if distributed:
@@ -304,7 +302,7 @@ def open_comm(distributed: bool | None, device_kind: str) -> Iterator[Comm]:
                              "or initialise a torch.distributed process group first")
         yield Comm()
         return
-    comm = TorchComm(owned=not initialised)
+    comm = TorchComm()
     try:
         yield comm
     except BaseException as exc:
@@ -329,13 +327,5 @@ def report(comm: TorchComm, exc: BaseException) -> None:
         exc.silent = True  # type: ignore[attr-defined]
 
 
-def rank_of_launch() -> int:
-    """This process's rank in a torchrun launch (0 otherwise)."""
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
 __all__ = ["BACKENDS", "Comm", "TorchComm", "open_comm", "balanced_counts", "offsets", "weighted_split",
-           "launched_ranks", "rank_of_launch"]
+           "rank_and_size"]

@@ -81,15 +81,6 @@ class SharedB:
     def occ_range(self, spin: int, rank: int) -> tuple[int, int]:
         return self.starts[spin][rank], self.starts[spin][rank + 1]
 
-    def rank_blocks(self, spin: int, rank: int, occ_block: int) -> list[tuple[int, int]]:
-        """Rank ``rank``'s occupied range of ``spin`` in blocks of at most ``occ_block`` (global indices)."""
-        lo, hi = self.occ_range(spin, rank)
-        if hi == lo:
-            return []
-        count = -(-(hi - lo) // max(occ_block, 1))
-        even = -(-(hi - lo) // count)
-        return [(i, min(hi, i + even)) for i in range(lo, hi, even)]
-
     def occ_block(self, spin: int, nvir: int, i0: int, i1: int) -> np.ndarray:
         """B for this rank's occupied orbitals i0:i1 (global) as (naux, i1−i0, nvir), a view."""
         lo, hi = self.occ_range(spin, self.comm.rank)
@@ -120,13 +111,13 @@ def build_shared_b(
     p_start = int(ao_loc[shells[comm.rank][0]])
     store = SharedB(dfi.naux, spins, device.storage_dtype, comm)
     half = [np.empty((rows[comm.rank], s.nocc * s.nvir), dtype=device.storage_dtype) for s in spins]
-    blocks = list(dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=shells[comm.rank]))
-    for k, (p0, p1, ao) in enumerate(blocks):
+    nblocks = dfi.block_count(aux_block, shells[comm.rank])
+    for k, (p0, p1, ao) in enumerate(dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=shells[comm.rank])):
         for s, orb in enumerate(spins):
             half[s][p0 - p_start : p1 - p_start] = device.ao_to_mo(ao, orb.c_occ, orb.c_vir).reshape(p1 - p0, -1)
         check_stopped()
         if progress:
-            progress("ao_to_mo", k + 1, len(blocks))
+            progress("ao_to_mo", k + 1, nblocks)
     for s, orb in enumerate(spins):
         cols = [c * orb.nvir for c in store.counts[s]]
         store.arrays.append(comm.rows_to_cols(half[s], rows, cols, "ao_to_mo"))

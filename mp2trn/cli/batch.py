@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..batch import rank_and_size, run_batch
+from ..batch import run_batch
+from ..parallel import rank_and_size
 from ..errors import DeviceUnavailableError, InputError
 from ..options import DEFAULTS
 from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, FrozenCore, JkBasis, MaxCycle, Memory, PrecisionFlag,

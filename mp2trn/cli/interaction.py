@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..files import check_output_path
 from ..interaction import DELTA_KEYS, DELTA_LABELS, interaction_energy
-from ..parallel import rank_of_launch
+from ..parallel import rank_and_size
 from ..options import DEFAULTS
 from ..result import HARTREE_TO_KCAL
 from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf, ScratchDir,
@@ -55,7 +55,7 @@ def interaction(
     check_output_path(json_path)
     options = options_from_flags(locals())
 
-    first = rank_of_launch() == 0   # under torchrun the calculations are spread over the ranks; rank 0 reports
+    first = rank_and_size()[0] == 0   # under torchrun the calculations are spread over the ranks; rank 0 reports
 
     def progress(label: str, k: int, n: int) -> None:
         if not quiet and first and err_console.is_terminal:
