@@ -26,6 +26,7 @@ import contextlib
 import datetime
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -290,13 +291,14 @@ def open_comm(distributed: bool | None, device_kind: str) -> Iterator[Comm]:
     if distributed is False:
         yield Comm()
         return
-    dist = None
+    # a group the caller started (any init method, WORLD_SIZE set or not) is used as it is
+    dist = sys.modules.get("torch.distributed")
     launched = rank_and_size()[1]
     if launched > 1 or distributed:
         dist = _torch_dist()
         if not dist.is_initialized() and launched > 1:
             _init_group(device_kind)
-    if dist is None or not dist.is_initialized() or dist.get_world_size() == 1:
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
         if distributed:
             raise InputError("a distributed run needs several ranks: launch with torchrun --nproc-per-node N, "
                              "or initialise a torch.distributed process group first")

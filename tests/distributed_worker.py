@@ -3,6 +3,9 @@
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py energies OUT
         the Python API with a process group the caller initialised: molecules of ``CASES``, each rank's
         result written to OUT/<case>.rank<r>.json
+    python tests/distributed_worker.py spawn OUT
+        two processes from torch.multiprocessing with a file:// process group and no torchrun environment;
+        each writes its water result to OUT/spawned.rank<r>.json
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py fail RANK [ARGS]
         `mp2trn run ARGS` through the CLI, with rank RANK raising a ResourceError in its transform step
 """
@@ -63,6 +66,22 @@ def interaction():
                                      basis="cc-pvdz")
 
 
+def _spawned(rank: int, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=2)
+    result = run_case("water_rhf")
+    (Path(out) / f"spawned.rank{rank}.json").write_text(json.dumps(
+        {"e_tot": result.e_tot, "ranks": (result.parallel or {}).get("ranks")}))
+    dist.destroy_process_group()
+
+
+def spawn(out: Path) -> None:
+    import torch.multiprocessing as mp
+
+    mp.spawn(_spawned, args=(str(out),), nprocs=2)
+
+
 def fail(rank: int, args: list[str]) -> None:
     import os
 
@@ -84,5 +103,7 @@ def fail(rank: int, args: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "energies":
         energies(Path(sys.argv[2]))
+    elif sys.argv[1] == "spawn":
+        spawn(Path(sys.argv[2]))
     else:
         fail(int(sys.argv[2]), sys.argv[3:])

@@ -120,6 +120,19 @@ def test_a_failing_rank_ends_every_rank_with_its_message(tmp_path, failing):
     assert not out.exists()
 
 
+def test_python_api_uses_a_group_the_caller_started_without_torchrun(tmp_path):
+    """torch.multiprocessing + a file:// rendezvous: no RANK/WORLD_SIZE in the environment."""
+    pytest.importorskip("torch.distributed")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RANK", "WORLD_SIZE")}
+    proc = subprocess.run([sys.executable, WORKER, "spawn", str(tmp_path)], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = _one_rank("water_rhf").e_tot
+    for r in range(2):
+        record = json.loads((tmp_path / f"spawned.rank{r}.json").read_text())
+        assert record["ranks"] == 2 and abs(record["e_tot"] - ref) <= 1e-10
+
+
 def test_a_run_asking_for_ranks_without_any_is_an_error():
     with pytest.raises(mp2trn.InputError, match="torchrun"):
         mp2trn.run(molecule_path("water"), distributed=True)
