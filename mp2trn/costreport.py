@@ -13,11 +13,12 @@ from typing import Any
 
 from rich.table import Table
 
-STAGE_NAMES = {"scf_jk": "SCF J/K", "ao_to_mo": "ao_to_mo", "metric": "metric", "pairs": "pairs"}
+STAGE_NAMES = {"scf_jk": "SCF J/K", "ao_to_mo": "ao_to_mo", "metric": "metric", "pairs": "pairs",
+               "comm": "between ranks"}
 KERNELS = ("SCF J/K = batched_gemm + syrk + coulomb, ao_to_mo = batched_gemm, metric = trsm, "
-           "pairs = mp2_energy")
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
-_SHORT = {"tensor": "T", "vector": "V", "scalar": "S", "gpsimd": "G", "dma": "D"}
+           "pairs = mp2_energy, between ranks = all_to_all_words + shift_words + gather_words")
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma", "cc")
+_SHORT = {"tensor": "T", "vector": "V", "scalar": "S", "gpsimd": "G", "dma": "D", "cc": "C"}
 
 
 def add_run_summary(cost: dict[str, Any], scf: dict[str, Any] | None, timings: dict[str, float]) -> None:

@@ -160,7 +160,8 @@ def ring_tasks(store, spins: list[SpinOrbitals], si: int, sj: int, occ_block: in
 
     Rank r holds B for its occupied range. At ring step s it pairs its blocks with those of rank
     q = (r + s) mod N, received one block at a time while it sends its own blocks to rank (r − s) mod N
-    (which needs them at the same step), so a rank holds its share plus one block in flight. Step 0 (its
+    (which needs them at the same step), so a rank holds its share plus one block in flight. All ranks
+    go through the same number of rounds per step (:meth:`Comm.shift` may be a collective). Step 0 (its
     own blocks) is the single-rank triangle for the same spin. Returns (count, iterator of :data:`Task`).
     """
     r, n = comm.rank, comm.size
@@ -172,36 +173,46 @@ def ring_tasks(store, spins: list[SpinOrbitals], si: int, sj: int, occ_block: in
 
     blocks_i = [rank_blocks(si, p) for p in range(n)]
     blocks_j = [rank_blocks(sj, p) for p in range(n)]
+
+    def plan(p: int, step: int) -> tuple[list, list]:
+        """Rank p at ``step``: its work with rank p + step's blocks, and the blocks of its own that rank
+        p − step needs (in that rank's order)."""
+        q, d = (p + step) % n, (p - step) % n
+        work = _ring_share(p, q, step, n, blocks_i[p], blocks_j[q], same)
+        wanted = [c for c, _ in _ring_share(d, p, step, n, blocks_i[d], blocks_j[p], same)] if step else []
+        return work, wanted
+
     steps = []
     count = 0
     for step in range(n):
-        q, d = (r + step) % n, (r - step) % n
         if same and step == 0:
             mine = blocks_i[r]
             pairs = [(x, y) for k, x in enumerate(mine) for y in mine[k:]]
-            steps.append((q, d, pairs, []))
+            steps.append((pairs, [], 0))
             count += len(pairs)
             continue
-        work = _ring_share(r, q, step, n, blocks_i[r], blocks_j[q], same)
-        # the blocks of ours that rank d (which pairs with us at this step) needs, in its order
-        wanted = [c for c, _ in _ring_share(d, r, step, n, blocks_i[d], blocks_j[r], same)] if step else []
-        steps.append((q, d, work, wanted))
+        work, wanted = plan(r, step)
+        # every rank takes part in every round of a step (collective transports need lockstep)
+        rounds = max(max(len(w), len(x)) for w, x in (plan(p, step) for p in range(n))) if step else len(work)
+        steps.append((work, wanted, rounds))
         count += sum(len(rows) for _, rows in work)
+    widest = max((j1 - j0 for blocks in blocks_j for j0, j1 in blocks), default=0)
+    capacity = store.naux * widest * b.nvir   # elements of the largest B block any rank passes
 
     def tasks():
-        for step, (q, d, work, wanted) in enumerate(steps):
+        for step, (work, wanted, rounds) in enumerate(steps):
             if same and step == 0:
                 for (i0, i1), (j0, j1) in work:
                     b_j = None if i0 == j0 else store.occ_block(sj, b.nvir, j0, j1)
                     yield (i0, i1), store.occ_block(si, a.nvir, i0, i1), (j0, j1), b_j
                 continue
-            for c in range(max(len(work), len(wanted))):
+            for c in range(rounds):
                 if step == 0:   # opposite spins, own β blocks: nothing to pass
                     b_j = store.occ_block(sj, b.nvir, *work[c][0])
                 else:
                     send = store.occ_block(sj, b.nvir, *wanted[c]) if c < len(wanted) else None
                     shape = (store.naux, work[c][0][1] - work[c][0][0], b.nvir) if c < len(work) else None
-                    b_j = comm.exchange(send, d, shape, q, store.dtype, "pairs")
+                    b_j = comm.shift(send, step, shape, store.dtype, capacity, "pairs")
                 if b_j is None:
                     continue
                 for i0, i1 in work[c][1]:

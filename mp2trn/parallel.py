@@ -7,16 +7,17 @@ collective is the identity, so the single-process path is the same code. What tr
     SCF tensor      all-to-all, pair columns → auxiliary rows          (once per SCF)
     SCF J/K         all-reduce of the partial J and K (fp64)            (once per cycle)
     ao_to_mo        all-to-all, auxiliary rows → occupied columns      (once per spin)
-    pairs           B blocks passed point to point (a ring of steps)   (pair step)
+    pairs           B blocks, one ring round at a time (each rank to rank − step)
     reduce          all-reduce of the per-pair sums (fp64)             (once)
 
-Backends: gloo for cpu, sim and neuron, nccl for cuda. The arrays that travel (B blocks, J and K) live
-in host memory between device launches on every device, so the neuron device exchanges them over gloo:
-torch-neuronx's XLA backend works on device-resident XLA tensors and has neither uneven all-to-all splits
-nor point-to-point send/recv (pytorch/xla, torch_xla/distributed/xla_backend.py: ``alltoall_base``
-asserts empty split sizes, ``send``/``recv`` need backend channel ids). Bytes are counted per stage as this rank sends them (an all-reduce as a ring does: 2(N−1)/N of the
-array). A rank that fails tells the others through the process group's store and tears the group down,
-so no rank waits for it; rank 0 reports the failing rank's one-line message.
+On ``cpu`` and ``cuda`` the arrays travel through the process group itself (gloo, nccl). On the NKI
+devices they travel in NKI collective kernels (:class:`NkiComm`, ``mp2trn/kernels/collectives.py``:
+``all_to_all_v``, ``collective_permute``, ``all_gather`` of ``nki.collectives``): on ``neuron`` the
+Neuron runtime moves them (process group 'xla' of torch-neuronx, NeuronLink/EFA), on ``sim`` the
+emulator does, over the gloo group. Bytes are counted per stage as this rank sends them (an
+all-reduce through the process group as a ring does: 2(N−1)/N of the array). A rank that fails tells
+the others through the process group's store and tears the group down, so no rank waits for it; rank 0
+reports the failing rank's one-line message.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 from .errors import DeviceUnavailableError, InputError, Mp2trnError, RankFailed, Terminated
 
 #: process-group backend per device kind
-BACKENDS = {"cpu": "gloo", "sim": "gloo", "auto": "gloo", "cuda": "nccl", "neuron": "gloo"}
+BACKENDS = {"cpu": "gloo", "sim": "gloo", "auto": "gloo", "cuda": "nccl", "neuron": "xla"}
 _ERROR_KEY = "mp2trn/error"
 _SEEN_KEY = "mp2trn/error-seen"
 #: how long a failing rank other than 0 waits for rank 0 to take its message before it exits
@@ -87,15 +88,42 @@ class Comm:
     def rows_to_cols(self, x: np.ndarray, rows: Sequence[int], cols: Sequence[int], stage: str) -> np.ndarray:
         """A matrix held by row blocks (this rank: ``(rows[rank], Σcols)``) → by column blocks
         (this rank: ``(Σrows, cols[rank])``)."""
-        return x
+        if self.size == 1:
+            return x
+        x = np.ascontiguousarray(x)
+        c0 = offsets(cols)
+        send = np.concatenate([x[:, c0[q] : c0[q + 1]].reshape(-1) for q in range(self.size)])
+        item = x.itemsize
+        send_bytes = [rows[self.rank] * cols[q] * item for q in range(self.size)]
+        recv_bytes = [rows[p] * cols[self.rank] * item for p in range(self.size)]
+        self.count(stage, sum(send_bytes) - send_bytes[self.rank])
+        out = self._all_to_all(send, send_bytes, recv_bytes)
+        return out.view(x.dtype).reshape(sum(rows), cols[self.rank])
 
     def cols_to_rows(self, x: np.ndarray, rows: Sequence[int], cols: Sequence[int], stage: str) -> np.ndarray:
         """The reverse of :meth:`rows_to_cols`: ``(Σrows, cols[rank])`` → ``(rows[rank], Σcols)``."""
-        return x
+        if self.size == 1:
+            return x
+        x = np.ascontiguousarray(x)   # rows of a C array: the send buffer needs no copy
+        item = x.itemsize
+        send_bytes = [rows[q] * cols[self.rank] * item for q in range(self.size)]
+        recv_bytes = [rows[self.rank] * cols[p] * item for p in range(self.size)]
+        self.count(stage, sum(send_bytes) - send_bytes[self.rank])
+        out = self._all_to_all(x, send_bytes, recv_bytes).view(x.dtype)
+        r0 = offsets([rows[self.rank] * c for c in cols])
+        return np.hstack([out[r0[p] : r0[p + 1]].reshape(rows[self.rank], cols[p]) for p in range(self.size)])
 
-    def exchange(self, send: np.ndarray | None, dest: int, recv_shape: tuple[int, ...] | None, src: int,
-                 dtype: np.dtype, stage: str) -> np.ndarray | None:
-        """Send ``send`` to rank ``dest`` while receiving an array of ``recv_shape`` from ``src``."""
+    def _all_to_all(self, send: np.ndarray, send_bytes: list[int], recv_bytes: list[int]) -> np.ndarray:
+        """``send`` (its bytes in rank order, ``send_bytes[q]`` for rank q) → the bytes from every rank,
+        in rank order (uint8)."""
+        raise RuntimeError("a single rank exchanges nothing")
+
+    def shift(self, send: np.ndarray | None, step: int, recv_shape: tuple[int, ...] | None, dtype: np.dtype,
+              capacity: int, stage: str) -> np.ndarray | None:
+        """One round of a ring: send ``send`` to rank (rank − step) while receiving an array of
+        ``recv_shape`` from rank (rank + step); None where this rank has nothing to send or receive.
+        Every rank calls it the same number of times; ``capacity``: the elements of the largest array
+        any rank passes in this round (the same on every rank)."""
         raise RuntimeError("a single rank exchanges nothing")
 
     def gather(self, obj: Any) -> list[Any]:
@@ -116,6 +144,8 @@ class TorchComm(Comm):
         super().__init__(dist.get_rank(), dist.get_world_size(), str(dist.get_backend()))
         self.torch, self.dist = torch, dist
         self.store = dist.distributed_c10d._get_default_store()
+        # host arrays travel over gloo or nccl; under torch-neuronx's 'xla' group, over a gloo group beside it
+        self.group = dist.new_group(backend="gloo") if self.backend not in ("gloo", "nccl") else None
         self.tensor_device = _collective_device(self.backend)
 
     # -- numpy ↔ torch, and a peer's failure turned into RankFailed --------------------------------------
@@ -149,7 +179,7 @@ class TorchComm(Comm):
     def allreduce(self, x: np.ndarray, stage: str) -> np.ndarray:
         t = self._tensor(np.asarray(x, dtype=np.float64))
         with self._guard():
-            self.dist.all_reduce(t)
+            self.dist.all_reduce(t, group=self.group)
         self.count(stage, 2 * (self.size - 1) / self.size * t.numel() * 8)
         return self._numpy(t).reshape(np.shape(x))
 
@@ -157,42 +187,22 @@ class TorchComm(Comm):
         out = self.torch.empty(sum(recv_bytes), dtype=self.torch.uint8, device=self.tensor_device)
         src = self._tensor(send.reshape(-1).view(np.uint8))
         with self._guard():
-            self.dist.all_to_all_single(out, src, recv_bytes, send_bytes)
+            self.dist.all_to_all_single(out, src, recv_bytes, send_bytes, group=self.group)
         return self._numpy(out)
 
-    def rows_to_cols(self, x, rows, cols, stage):
-        x = np.ascontiguousarray(x)
-        c0 = offsets(cols)
-        send = np.concatenate([x[:, c0[q] : c0[q + 1]].reshape(-1) for q in range(self.size)])
-        item = x.itemsize
-        send_bytes = [rows[self.rank] * cols[q] * item for q in range(self.size)]
-        recv_bytes = [rows[p] * cols[self.rank] * item for p in range(self.size)]
-        self.count(stage, sum(send_bytes) - send_bytes[self.rank])
-        out = self._all_to_all(send, send_bytes, recv_bytes)
-        return out.view(x.dtype).reshape(sum(rows), cols[self.rank])
-
-    def cols_to_rows(self, x, rows, cols, stage):
-        x = np.ascontiguousarray(x)   # rows of a C array: the send buffer needs no copy
-        item = x.itemsize
-        send_bytes = [rows[q] * cols[self.rank] * item for q in range(self.size)]
-        recv_bytes = [rows[self.rank] * cols[p] * item for p in range(self.size)]
-        self.count(stage, sum(send_bytes) - send_bytes[self.rank])
-        out = self._all_to_all(x, send_bytes, recv_bytes).view(x.dtype)
-        r0 = offsets([rows[self.rank] * c for c in cols])
-        return np.hstack([out[r0[p] : r0[p + 1]].reshape(rows[self.rank], cols[p]) for p in range(self.size)])
-
-    def exchange(self, send, dest, recv_shape, src, dtype, stage):
+    def shift(self, send, step, recv_shape, dtype, capacity, stage):
+        dest, src = (self.rank - step) % self.size, (self.rank + step) % self.size
         request = None
         with self._guard():
             if send is not None:
                 buffer = self._tensor(np.ascontiguousarray(send).reshape(-1).view(np.uint8))
-                request = self.dist.isend(buffer, dest)
+                request = self.dist.isend(buffer, self._global(dest), group=self.group)
                 self.count(stage, send.nbytes)
             received = None
             if recv_shape is not None:
                 nbytes = int(np.prod(recv_shape)) * np.dtype(dtype).itemsize
                 received = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.tensor_device)
-                self.dist.recv(received, src)
+                self.dist.recv(received, self._global(src), group=self.group)
             if request is not None:
                 request.wait()
         return None if received is None else self._numpy(received).view(dtype).reshape(recv_shape)
@@ -200,8 +210,11 @@ class TorchComm(Comm):
     def gather(self, obj):
         out: list[Any] = [None] * self.size
         with self._guard():
-            self.dist.all_gather_object(out, obj)
+            self.dist.all_gather_object(out, obj, group=self.group)
         return out
+
+    def _global(self, rank: int) -> int:
+        return rank   # the side group holds every rank in order: its ranks are the global ones
 
     # -- failure --------------------------------------------------------------------------------------------
     def publish_failure(self, exc: BaseException) -> None:
@@ -234,6 +247,119 @@ class TorchComm(Comm):
         with contextlib.suppress(Exception):
             if self.dist.is_initialized():
                 self.dist.destroy_process_group()
+
+
+class TorchFabric:
+    """The NKI emulator's fabric (:mod:`mp2trn.nkiemu.collectives`) over a :class:`TorchComm`: each
+    collective instruction of an emulated kernel is one all-to-all of bytes between the ranks."""
+
+    def __init__(self, comm: TorchComm):
+        self.comm, self.rank, self.size = comm, comm.rank, comm.size
+
+    def exchange(self, sends: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        comm, torch = self.comm, self.comm.torch
+        send_bytes = [int(sends[p].size) if p in sends else 0 for p in range(self.size)]
+        counts = torch.tensor(send_bytes, dtype=torch.int64)
+        recv_counts = torch.empty_like(counts)
+        with comm._guard():
+            comm.dist.all_to_all_single(recv_counts, counts, group=comm.group)
+        recv_bytes = recv_counts.tolist()
+        data = [sends[p].view(np.uint8) for p in range(self.size) if p in sends]
+        flat = np.concatenate(data) if data else np.zeros(0, np.uint8)
+        got = comm._all_to_all(flat, send_bytes, recv_bytes)
+        starts = offsets(recv_bytes)
+        return {p: got[starts[p] : starts[p + 1]] for p in range(self.size)}
+
+
+class NkiComm(Comm):
+    """Ranks whose arrays travel in NKI collective kernels (``mp2trn.kernels.collectives``) launched on
+    the run's NKI device: on ``neuron`` the Neuron runtime's collectives (NeuronLink inside an instance,
+    EFA between instances); on ``sim`` the emulator's, whose fabric is this process group. Arrays go as
+    uint32 words, so fp64 arrives bit for bit; fp64 sums are an all-gather of every rank's words summed
+    on the host in rank order. Python objects (the per-rank record) and failure reports stay on the
+    process group (:class:`TorchComm`)."""
+
+    def __init__(self, base: TorchComm, launcher):
+        super().__init__(base.rank, base.size, f"nki collectives ({launcher.impl}); process group {base.backend}",
+                         base.bytes_sent)
+        from .kernels import collectives
+
+        self.base, self.launcher, self.kernels = base, launcher, collectives
+        self.ranks = tuple(range(base.size))
+        from .devices.nki_launch import NeuronLauncher
+
+        if launcher.impl == "emulator":
+            from .nkiemu.collectives import use_fabric
+
+            self._fabric = lambda: use_fabric(TorchFabric(base))
+        elif isinstance(launcher, NeuronLauncher):
+            self._fabric = contextlib.nullcontext
+        else:
+            raise DeviceUnavailableError(f"the {launcher.impl} NKI launcher has no collectives (the official "
+                                         "simulator does not implement nki.collectives): set MP2TRN_NKI=emulator")
+
+    def _launch(self, kernel, *args) -> np.ndarray:
+        with self._fabric():
+            return self.launcher.launch("comm", kernel, args)
+
+    def allreduce(self, x: np.ndarray, stage: str) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        words = _words(x.reshape(-1), _bucket(x.size * 2))
+        every = self._launch(self.kernels.gather_words, words, self.ranks).reshape(self.size, -1)
+        self.count(stage, (self.size - 1) * words.nbytes)
+        parts = every[:, : x.size * 2].copy().view(np.float64)
+        total = parts[0].copy()
+        for part in parts[1:]:   # rank order, the same sum on every rank
+            total += part
+        return total.reshape(x.shape)
+
+    def _all_to_all(self, send, send_bytes, recv_bytes):
+        send_words = [b // 4 for b in send_bytes]
+        recv_words = [b // 4 for b in recv_bytes]
+        meta = np.array([send_words, offsets(send_words)[:-1], recv_words], dtype=np.int32)
+        buf = _words(send.reshape(-1), _bucket(sum(send_words)))
+        got = self._launch(self.kernels.all_to_all_words, buf, meta, _bucket(sum(recv_words)), self.ranks)
+        return got.reshape(-1)[: sum(recv_words)].view(np.uint8)
+
+    def shift(self, send, step, recv_shape, dtype, capacity, stage):
+        words = _bucket(capacity * np.dtype(dtype).itemsize // 4)
+        buf = _words(np.zeros(0, np.int32) if send is None else send.reshape(-1), words)
+        pairs = tuple((r, (r - step) % self.size) for r in range(self.size))
+        got = self._launch(self.kernels.shift_words, buf, pairs)
+        if send is not None:
+            self.count(stage, send.nbytes)
+        if recv_shape is None:
+            return None
+        n = int(np.prod(recv_shape))
+        return got.reshape(-1).view(np.uint8)[: n * np.dtype(dtype).itemsize].view(dtype).reshape(recv_shape)
+
+    def gather(self, obj):
+        return self.base.gather(obj)
+
+
+def _bucket(words: int) -> int:
+    """Buffer sizes in steps of an eighth of a power of two (≤ 12.5 % padding): collective kernels of a
+    run then compile a few sizes, not one per array."""
+    words = max(1, int(words))
+    step = max(1, 1 << max(0, words.bit_length() - 4))
+    return -(-words // step) * step
+
+
+def _words(a: np.ndarray, n: int) -> np.ndarray:
+    """The bytes of ``a`` as ``n`` int32 words (zero padded), shaped (n, 1) for the kernels."""
+    raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    out = np.zeros(n * 4, np.uint8)
+    out[: raw.size] = raw
+    return out.view(np.int32).reshape(n, 1)
+
+
+def device_comm(comm: Comm, device) -> Comm:
+    """The ranks of a run on ``device``: on an NKI device (sim, neuron) the arrays travel in NKI collective
+    kernels (:class:`NkiComm`); elsewhere through the process group as they are."""
+    launcher = getattr(device, "launcher", None)
+    if isinstance(comm, TorchComm) and comm.size > 1 and launcher is not None:
+        return NkiComm(comm, launcher)
+    return comm
 
 
 def _collective_device(backend: str) -> str:
@@ -272,8 +398,14 @@ def _init_group(device_kind: str) -> None:
         if not torch.cuda.is_available():
             raise DeviceUnavailableError("--device cuda over several ranks needs NVIDIA GPUs (nccl); none is visible")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if device_kind == "neuron":   # one NeuronCore per rank (Neuron runtime configuration), unless the user chose
+    if backend == "xla":   # torch-neuronx's process group (its PyTorch programming guide, torchrun section)
         os.environ.setdefault("NEURON_RT_VISIBLE_CORES", os.environ.get("LOCAL_RANK", "0"))
+        try:
+            import torch_xla.distributed.xla_backend  # noqa: F401  (registers the 'xla' backend)
+        except ImportError:
+            from .devices.nki_launch import NEURON_INSTALL
+
+            raise DeviceUnavailableError(f"--device neuron over several ranks needs torch-neuronx: {NEURON_INSTALL}") from None
     dist.init_process_group(backend)
     # kept for the process's later runs (a second start on the same rendezvous would wait for ever)
     atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
@@ -329,5 +461,5 @@ def report(comm: TorchComm, exc: BaseException) -> None:
         exc.silent = True  # type: ignore[attr-defined]
 
 
-__all__ = ["BACKENDS", "Comm", "TorchComm", "open_comm", "balanced_counts", "offsets", "weighted_split",
+__all__ = ["BACKENDS", "Comm", "TorchComm", "NkiComm", "TorchFabric", "device_comm", "open_comm", "balanced_counts", "offsets", "weighted_split",
            "rank_and_size"]

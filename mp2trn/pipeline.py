@@ -36,7 +36,7 @@ from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
 from .scratch import check_stopped, run_scratch
-from .parallel import Comm, open_comm
+from .parallel import Comm, device_comm, open_comm
 from .progress import Progress
 
 Source = str | os.PathLike | gto.Mole
@@ -112,6 +112,8 @@ def compute(
     """Molecule → SCF → DF-MP2 on ``device``. Returns the result (timings: scf, the DF-MP2 stages,
     total) and the converged PySCF mean-field object. With ``comm`` over several ranks (see
     :func:`open_ranks`) every rank returns the same result, which records each rank's memory and traffic."""
+    if comm is not None:
+        comm = device_comm(comm, device)   # on NKI devices the arrays travel in NKI collective kernels
     stage = scf_stage(source, options, device, progress, comm)
     mf, t_scf = stage.mf, stage.seconds
     check_stopped()

@@ -6,6 +6,9 @@
     python tests/distributed_worker.py spawn OUT
         two processes from torch.multiprocessing with a file:// process group and no torchrun environment;
         each writes its water result to OUT/spawned.rank<r>.json
+    python -m torch.distributed.run --standalone --nproc-per-node 3 tests/distributed_worker.py collectives OUT
+        the NKI collective kernels in the emulator, over the gloo fabric, against their NumPy references
+        on several sizes; each rank writes OUT/collectives.rank<r>.json
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py fail RANK [ARGS]
         `mp2trn run ARGS` through the CLI, with rank RANK raising a ResourceError in its transform step
 """
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import mp2trn
 from mp2trn.devices.cpu import CpuDevice
+from mp2trn.devices.nki_device import SimDevice
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,12 +33,20 @@ class OneOrbitalBlocks(CpuDevice):
         return 1
 
 
+class SimOneOrbitalBlocks(SimDevice):
+    """The emulated NeuronCore with one-orbital pair blocks: uneven ring rounds through NKI collectives."""
+
+    def occ_block_limit(self, naux: int, nvir: int) -> int:
+        return 1
+
+
 #: name → (molecule, run options)
 CASES = {
     "water_rhf": ("water", {"basis": "cc-pvdz"}),
     "hydroxyl_uhf_small_blocks": ("hydroxyl", {"basis": "cc-pvdz", "device": "one-orbital-blocks"}),
     "methylene_uhf_frozen": ("methylene_triplet", {"basis": "cc-pvdz", "frozen": "auto"}),
     "water_sim": ("water", {"basis": "cc-pvdz", "device": "sim"}),
+    "hydroxyl_sim_small_blocks": ("hydroxyl", {"basis": "cc-pvdz", "device": "sim-one-orbital-blocks"}),
 }
 
 
@@ -43,6 +55,8 @@ def run_case(name: str) -> mp2trn.MP2Result:
     options = dict(options)
     if options.get("device") == "one-orbital-blocks":
         options["device"] = OneOrbitalBlocks()
+    elif options.get("device") == "sim-one-orbital-blocks":
+        options["device"] = SimOneOrbitalBlocks()
     return mp2trn.run(str(ROOT / "molecules" / f"{molecule}.xyz"), **options)
 
 
@@ -53,7 +67,8 @@ def energies(out: Path) -> None:
     for name in CASES:
         result = run_case(name)
         record = {"e_hf": result.e_hf, "e_corr_os": result.e_corr_os, "e_corr_ss": result.e_corr_ss,
-                  "parallel": result.parallel, "scf": result.scf, "notes": result.notes}
+                  "parallel": result.parallel, "scf": result.scf, "notes": result.notes,
+                  "cost_stages": (result.cost or {}).get("stages")}
         (out / f"{name}.rank{dist.get_rank()}.json").write_text(json.dumps(record))
     ie = interaction()
     (out / f"interaction.rank{dist.get_rank()}.json").write_text(json.dumps(ie.delta))
@@ -82,6 +97,47 @@ def spawn(out: Path) -> None:
     mp.spawn(_spawned, args=(str(out),), nprocs=2)
 
 
+def collectives(out: Path) -> None:
+    import numpy as np
+    import torch.distributed as dist
+
+    import mp2trn.nkiemu as nki
+    from mp2trn.kernels import collectives as kc
+    from mp2trn.nkiemu.collectives import use_fabric
+    from mp2trn.parallel import TorchComm, TorchFabric, offsets
+
+    dist.init_process_group("gloo")
+    comm = TorchComm()
+    r, n = comm.rank, comm.size
+    group = tuple(range(n))
+    checks = {}
+
+    def words(rank: int, size: int, case: int) -> np.ndarray:
+        return np.random.default_rng([rank, size, case]).integers(-2**31, 2**31, (size, 1)).astype(np.int32)
+
+    with use_fabric(TorchFabric(comm)):
+        for case, size in enumerate((1, 7, 128, 1000, 4099)):
+            sends = [words(p, size, case) for p in range(n)]
+            got = nki.simulate(kc.gather_words)(sends[r], group)
+            checks[f"gather_{size}"] = bool(np.array_equal(got, kc.gather_words_reference(sends)[r]))
+            for step in range(1, n):
+                pairs = tuple((p, (p - step) % n) for p in range(n))
+                got = nki.simulate(kc.shift_words)(sends[r], pairs)
+                checks[f"shift_{size}_{step}"] = bool(np.array_equal(got, kc.shift_words_reference(sends, pairs)[r]))
+            # uneven pieces, some empty: rank p sends (p + q + case) % 3 · size // 2 words to rank q
+            counts = [[(p + q + case) % 3 * size // 2 for q in range(n)] for p in range(n)]
+            metas = [np.array([counts[p], offsets(counts[p])[:-1], [counts[q][p] for q in range(n)]], np.int32)
+                     for p in range(n)]
+            srcs = [words(p, max(1, sum(counts[p])), case + 10) for p in range(n)]
+            recv = max(1, sum(counts[q][r] for q in range(n)))
+            got = nki.simulate(kc.all_to_all_words)(srcs[r], metas[r], recv, group)
+            want = kc.all_to_all_words_reference(srcs, [m.astype(np.int64) for m in metas], recv)[r]
+            used = sum(counts[q][r] for q in range(n))
+            checks[f"all_to_all_{size}"] = bool(np.array_equal(got[:used], want[:used]))
+    (out / f"collectives.rank{r}.json").write_text(json.dumps(checks))
+    dist.destroy_process_group()
+
+
 def fail(rank: int, args: list[str]) -> None:
     import os
 
@@ -103,6 +159,8 @@ def fail(rank: int, args: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "energies":
         energies(Path(sys.argv[2]))
+    elif sys.argv[1] == "collectives":
+        collectives(Path(sys.argv[2]))
     elif sys.argv[1] == "spawn":
         spawn(Path(sys.argv[2]))
     else:

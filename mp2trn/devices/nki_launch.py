@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import DeviceUnavailableError, KernelConstraintError
 
 #: pipeline stage -> kernel(s) that implement it
-STAGES = ("scf_jk", "ao_to_mo", "metric", "pairs")
+STAGES = ("scf_jk", "ao_to_mo", "metric", "pairs", "comm")   # comm: collectives between ranks
 TARGETS = ("trn1", "trn2")
 
 NEURON_INSTALL = (

@@ -36,6 +36,7 @@ import numpy as np
 from . import cost as _cost
 from ._blas import single_threaded as _single_threaded
 from . import isa  # noqa: F401
+from . import collectives  # noqa: F401
 from . import language  # noqa: F401
 from . import runtime as _rt
 from .frontend import check_kernel as _check_language
@@ -49,7 +50,7 @@ from .tensor import NkiTensor, wrap_input, SHARED_HBM, PRIVATE_HBM
 
 __all__ = ["jit", "simulate", "profile", "last_report", "target", "set_default_target", "current_target",
            "CostReport", "CostParams", "set_cost_params", "NkiError", "NkiRuleError", "NkiCapacityError",
-           "NkiRemovedAPIError", "NkiUnsupportedError", "NkiTensor", "language", "isa", "typing", "as_nki",
+           "NkiRemovedAPIError", "NkiUnsupportedError", "NkiTensor", "language", "isa", "collectives", "typing", "as_nki",
            "__nkiemu__"]
 
 __version__ = "0.3.0"          # the NKI version emulated
@@ -247,7 +248,8 @@ def as_nki():
     """Temporarily register the emulator as ``nki``/``nki.language``/``nki.isa``/``nki.typing`` in
     ``sys.modules`` (like nki-library's simulation harness), e.g. to import unmodified kernel files
     that do ``import nki``. Modules imported inside the block keep their bindings afterwards."""
-    names = {"nki": sys.modules[__name__], "nki.language": language, "nki.isa": isa, "nki.typing": typing}
+    names = {"nki": sys.modules[__name__], "nki.language": language, "nki.isa": isa, "nki.typing": typing,
+             "nki.collectives": collectives}
     saved = {k: sys.modules.get(k) for k in names}
     sys.modules.update(names)
     try:

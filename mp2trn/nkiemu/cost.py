@@ -30,6 +30,9 @@ class CostParams:
     dma_fixed_s: float = 2.0e-6      # fixed cost per dma_copy (descriptor + semaphore latency), seconds
     dma_partitions_per_queue: int = 8  # one DMA queue (engine) serves 8 partitions of a transfer
     launch_overhead_s: float = 15e-6  # fixed cost per kernel launch, seconds
+    #: fixed cost per collective: "the latency term is of 10^0 to 10^1 us magnitude", per-hop 1-2 us
+    #: (neuron-runtime/explore/intranode-collective-comm.rst); the upper end, for a ring over several chips
+    collective_latency_s: float = 10e-6
 
     def replace(self, **kw) -> "CostParams":
         return dataclasses.replace(self, **kw)
@@ -61,6 +64,8 @@ def instruction_seconds(engine: str, params: tuple, target: Target, prm: CostPar
         nbytes, P = params[1], params[2]
         q = _queues(P, target, prm)
         return prm.dma_fixed_s + nbytes / (q * target.dma_queue_bw)
+    if kind == "cc":  # ("cc", bytes this rank sends): collectives, over the rank's share of the links
+        return prm.collective_latency_s + params[1] / target.link_bw
     if kind == "mm":  # ("mm", K, M, N, fp32, onezero)
         c = max(min(64, params[2]), params[3])
         if params[4]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["Target", "TARGETS", "get_target", "current_target", "target", "set_default_target"]
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma", "cc")   # cc: collective-communication cores
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class Target:
     moving_fmax_bf16_dst: int = 512
     psum_dst_bf16: bool = False     # NC-v4 allows bf16 matmul dst
     vector_bf16_perf_mode: bool = False  # NC-v3+ VectorE 2x/4x for 16-bit operands
+    #: bytes/s one NeuronCore's collectives get from the chip's inter-chip links: the chip's figure
+    #: ("Inter-chip Interconnect (GB/sec/chip)": 384 Trainium, 1280 Trainium2; about-neuron/arch/
+    #: neuron-hardware/trainium2.rst) shared by its NeuronCores (2 on Trainium, 8 on Trainium2)
+    link_bw: float = 192e9
 
     @property
     def dma_bw(self) -> float:
@@ -59,7 +63,7 @@ TRN2 = Target(
     clock_hz={"tensor": 2.4e9, "vector": 0.96e9, "scalar": 1.2e9, "gpsimd": 1.2e9},
     sbuf_partition_bytes=224 * 1024, sbuf_usable_bytes=212984,
     dma_queue_bw=23e9, peak_flops={"fp32": 20e12, "bf16": 79e12},
-    vector_bf16_perf_mode=True,
+    vector_bf16_perf_mode=True, link_bw=1280e9 / 8,
 )
 TRN3 = Target(
     name="trn3", gen=4, core="NeuronCore-v4",
@@ -67,7 +71,7 @@ TRN3 = Target(
     sbuf_partition_bytes=256 * 1024, sbuf_usable_bytes=245752,
     dma_queue_bw=33e9, peak_flops={"fp32": 20e12, "bf16": 79e12},
     moving_fmax_fp32_dst=4096, moving_fmax_bf16_dst=8192, psum_dst_bf16=True,
-    vector_bf16_perf_mode=True,
+    vector_bf16_perf_mode=True, link_bw=1280e9 / 8,   # no Trainium3 figure in the 2.29 docs: Trainium2's
 )
 
 TARGETS = {"trn1": TRN1, "trn2": TRN2, "trn3": TRN3}

@@ -29,6 +29,7 @@ FAKE_REAL = {
     "nki/__init__.py": "__version__ = '0.3.0'\ndef jit(f=None, **k): return f\ndef simulate(k): return k\n",
     "nki/language.py": "",
     "nki/isa.py": "",
+    "nki/collectives.py": "",   # NKI 0.3.0 has nki.collectives (nki/api/nki.collectives.rst)
 }
 
 
