@@ -9,6 +9,10 @@
     python -m torch.distributed.run --standalone --nproc-per-node 3 tests/distributed_worker.py collectives OUT
         the NKI collective kernels in the emulator, over the gloo fabric, against their NumPy references
         on several sizes; each rank writes OUT/collectives.rank<r>.json
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py neuron OUT
+        the ``neuron`` device's path over ranks with a stand-in torch-xla (the "XLA device" is the CPU and a
+        kernel call runs in the emulator, collectives over the gloo group standing in for the Neuron
+        runtime); each rank writes OUT/neuron.rank<r>.json
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py fail RANK [ARGS]
         `mp2trn run ARGS` through the CLI, with rank RANK raising a ResourceError in its transform step
 """
@@ -138,6 +142,47 @@ def collectives(out: Path) -> None:
     dist.destroy_process_group()
 
 
+def neuron(out: Path) -> None:
+    import types
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    import mp2trn.nkiemu as emu
+    from mp2trn.devices import get_device, nki_launch
+    from mp2trn.nkiemu.collectives import use_fabric
+    from mp2trn.parallel import TorchComm, TorchFabric
+
+    dist.init_process_group("gloo")
+    xm = types.ModuleType("torch_xla.core.xla_model")
+    xm.xla_device = lambda: torch.device("cpu")
+    xm.mark_step = lambda: None
+    pkg, core = types.ModuleType("torch_xla"), types.ModuleType("torch_xla.core")
+    pkg.core, core.xla_model = core, xm
+    sys.modules.update({"torch_xla": pkg, "torch_xla.core": core, "torch_xla.core.xla_model": xm})
+    nki_launch.neuron_missing = lambda: None
+    runtime = TorchFabric(TorchComm())   # the stand-in for the Neuron runtime's collectives
+    kernels = set()
+
+    def call(kernel, args, kwargs):
+        assert all(not isinstance(a, np.ndarray) for a in args)           # inputs are device tensors
+        with use_fabric(runtime):
+            got = emu.simulate(kernel, target="trn1")(*[a.numpy() if isinstance(a, torch.Tensor) else a
+                                                         for a in args], **kwargs)
+        kernels.add(kernel.__name__)
+        conv = lambda o: torch.from_numpy(np.ascontiguousarray(o))        # noqa: E731
+        return tuple(conv(o) for o in got) if isinstance(got, tuple) else conv(got)
+
+    device = get_device("neuron", "fp32")
+    device.launcher.call = call
+    result = mp2trn.run(str(ROOT / "molecules" / "hydroxyl.xyz"), basis="cc-pvdz", device=device)
+    (out / f"neuron.rank{dist.get_rank()}.json").write_text(json.dumps(
+        {"e_hf": result.e_hf, "e_corr": result.e_corr, "backend": result.parallel["backend"],
+         "kernels": sorted(kernels)}))
+    dist.destroy_process_group()
+
+
 def fail(rank: int, args: list[str]) -> None:
     import os
 
@@ -159,6 +204,8 @@ def fail(rank: int, args: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "energies":
         energies(Path(sys.argv[2]))
+    elif sys.argv[1] == "neuron":
+        neuron(Path(sys.argv[2]))
     elif sys.argv[1] == "collectives":
         collectives(Path(sys.argv[2]))
     elif sys.argv[1] == "spawn":

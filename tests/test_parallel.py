@@ -101,6 +101,19 @@ def test_sim_device_runs_per_rank_through_the_emulator(two_rank_results, name):
         assert comm["launches"] > 0 and comm["trn1"]["modeled_time_s"] > 0
 
 
+def test_neuron_device_over_ranks_with_a_stand_in_runtime(tmp_path):
+    """The neuron path over two ranks: its NKI collective kernels launched on (stand-in) XLA tensors like
+    the compute kernels, the stand-in runtime moving the words between the processes."""
+    proc = _launch([WORKER, "neuron", str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = mp2trn.run(molecule_path("hydroxyl"), basis="cc-pvdz", device="sim")
+    for r in range(2):
+        got = json.loads((tmp_path / f"neuron.rank{r}.json").read_text())
+        assert got["backend"].startswith("nki collectives (real)")
+        assert {"all_to_all_words", "shift_words", "gather_words"} <= set(got["kernels"])
+        assert abs(got["e_hf"] - ref.e_hf) <= 1e-9 and abs(got["e_corr"] - ref.e_corr) <= 2e-7
+
+
 @pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks"])
 def test_each_rank_holds_its_share_of_b_and_counts_its_traffic(two_rank_results, name):
     parallel = two_rank_results[name][0]["parallel"]
