@@ -20,7 +20,8 @@ formulas as the counts a run records — over the links:
 
 * within a trn1.32xlarge: the Trainium inter-chip interconnect, 384 GB/s per chip (Neuron 2.29 docs,
   about-neuron/arch/neuron-hardware/trainium2.rst, "Inter-chip Interconnect (GB/sec/chip)", Trainium
-  column), shared by the chip's 2 NeuronCores: 192 GB/s per core;
+  column), shared by the chip's 2 NeuronCores: 192 GB/s per core (``mp2trn.nkiemu.targets.TRN1.link_bw``,
+  the figure the emulator prices its collectives with);
 * between instances: EFA, 800 Gbps per trn1.32xlarge (trn1-arch.rst) = 100 GB/s shared by its 32 cores,
   for the share of each rank's traffic that leaves its instance ((N − 32)/(N − 1) of it).
 
@@ -46,8 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from mp2trn.nkiemu.targets import TRN1  # noqa: E402  (link_bw: the inter-chip links per NeuronCore)
+
 MOLECULES = ROOT / "molecules" / "gpu4pyscf" / "organic"
-LINK_GBS_PER_CORE = 384 / 2          # inter-chip interconnect per chip, 2 NeuronCores per Trainium chip
 EFA_GBS_PER_INSTANCE = 800 / 8       # 800 Gbps
 CORES_PER_INSTANCE = 32
 HBM_GIB_PER_CORE = 32 / 2
@@ -177,7 +179,7 @@ def comm_seconds(nbytes: float, n: int) -> float:
         return 0.0
     off = max(0, n - CORES_PER_INSTANCE) / (n - 1)          # share of a rank's partners on other instances
     efa_per_core = EFA_GBS_PER_INSTANCE / CORES_PER_INSTANCE
-    return nbytes * (1 - off) / (LINK_GBS_PER_CORE * 1e9) + nbytes * off / (efa_per_core * 1e9)
+    return nbytes * (1 - off) / TRN1.link_bw + nbytes * off / (efa_per_core * 1e9)
 
 
 def model(cores=(1, 2, 8, 32, 64, 128)) -> list[str]:
