@@ -76,14 +76,17 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     mf.conv_tol = options.conv_tol
     mf.max_cycle = options.max_cycle
     mf.verbose = 0
-    mf.callback = lambda envs: _after_cycle(envs, options.max_cycle, progress)
+    last: dict = {}
+    mf.callback = lambda envs: _after_cycle(envs, options.max_cycle, progress, last)
+    mf.conv_check = False   # its extra cycle is one more J/K build; see _canonical_orbitals
     try:
         with _orthogonalisation_threshold(options.lindep):
             mf.kernel()
+            check_converged(mf)
+            _canonical_orbitals(mf, last)
     finally:
         if isinstance(getattr(mf, "with_df", None), DeviceJK):
             mf.with_df.release()  # the device copy of the tensor is not needed after the SCF
-    check_converged(mf)
     if not np.isfinite(mf.e_tot):
         raise NumericalError(f"the SCF energy is not finite ({mf.e_tot}); the geometry or basis is degenerate")
     return mf
@@ -119,10 +122,28 @@ def check_overlap(mol: gto.Mole, lindep: float | None) -> None:
             f"with --lindep {OVERLAP_MIN_EIGENVALUE:g} (canonical orthogonalisation drops them) or use a smaller basis")
 
 
-def _after_cycle(envs: dict, max_cycle: int, progress: Progress | None) -> None:
+def _after_cycle(envs: dict, max_cycle: int, progress: Progress | None, last: dict) -> None:
     check_stopped()  # a signal whose exception PySCF's code swallowed still ends the run here
+    if envs.get("scf_conv"):   # the converged cycle's Fock matrix F(D) (no DIIS, no level shift)
+        last.update(fock=envs["fock"], s1e=envs["s1e"], x_orth=envs.get("x_orth"))
     if progress is not None:
         progress("scf", envs["cycle"] + 1, max_cycle)
+
+
+def _canonical_orbitals(mf, last: dict) -> None:
+    """The converged SCF's orbitals and energies: eigenvectors of the converged cycle's F(D).
+
+    PySCF's default ``conv_check`` runs one more cycle after convergence: it diagonalises that same F(D)
+    for the orbitals it returns, then builds J/K once more only to recompute the energy of the new
+    density and confirm convergence (with looser tolerances than the loop's own test). Here the loop's
+    test (|ΔE| < conv_tol and |g| < conv_tol_grad) is final: the orbitals and orbital energies are the
+    ones PySCF returns, the energy is the converged cycle's (it differs from PySCF's confirming cycle's
+    by less than conv_tol), and the J/K build of that extra cycle is saved."""
+    if not last:
+        return
+    mo_energy, mo_coeff = mf.eig(last["fock"], last["s1e"], x=last["x_orth"])
+    mf.mo_energy, mf.mo_coeff = mo_energy, mo_coeff
+    mf.mo_occ = mf.get_occ(mo_energy, mo_coeff)
 
 
 def _use_device_jk(choice: str, device: Device) -> bool:

@@ -210,3 +210,16 @@ def test_cycles_are_counted_as_pyscf_counts_them():
     mf.conv_tol, mf.verbose = 1e-10, 0
     mf.kernel()
     assert mf.converged and len(mf.with_df.cycles) == mf.cycles
+
+
+@pytest.mark.parametrize("name", ["water", "hydroxyl"])
+def test_no_confirming_cycle_and_pyscfs_orbitals(name):
+    """mp2trn's SCF ends at the loop's convergence test: one J/K build per cycle plus the initial guess's,
+    none for PySCF's confirming conv_check cycle; the orbitals and orbital energies are PySCF's (both
+    diagonalise the converged cycle's F(D)) and the energy is within conv_tol of PySCF's."""
+    ref = _converged(molecule_path(name))
+    res = mp2trn.run(molecule_path(name), conv_tol=1e-10)
+    assert res.scf["jk_builds"] == res.scf["cycles"] + 1
+    mf = mp2trn.scf.run_scf(build_mole(molecule_path(name)), mp2trn.scf.ScfOptions(conv_tol=1e-10))
+    assert np.abs(np.asarray(mf.mo_energy) - np.asarray(ref.mo_energy)).max() < 1e-9
+    assert abs(mf.e_tot - ref.e_tot) < 1e-10 and abs(res.e_hf - ref.e_tot) < 1e-10
