@@ -2,10 +2,14 @@
 
     python scripts/bench_jk.py                      # Inosine/cc-pVDZ (JK-fit), cpu fp64 and fp32
     python scripts/bench_jk.py --xyz molecules/benzene.xyz --basis cc-pvtz --repeat 5
+    python scripts/bench_jk.py --cast          # only: the tensor in fp32, kept copy vs reused buffer
 
 Prints seconds per build (best of --repeat), GFLOP/s of the exchange build (counted as
 4·naux·nao²·nocc: the half-transform B_P C and the rank update, as PySCF counts none of the syrk saving),
-the speed-up over PySCF and max |ΔJ|, |ΔK|. A benchmark, not a test: it asserts nothing about speed.
+the speed-up over PySCF and max |ΔJ|, |ΔK|. ``--cast`` times the two ways of having the fp64 tensor
+(naux, nao, nao) in fp32 for an fp32 build: a kept copy (fresh memory, made once per SCF) against
+converting each 256-row block into one reused buffer (what the cpu device does, at every fp32 build);
+run it in a fresh process, as a run meets the copy. A benchmark, not a test: it asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,28 @@ def best(fn, repeat):
     return out, t_best
 
 
+def cast_costs(mol, rows: int = 256) -> None:
+    """Seconds to make a kept fp32 copy of the tensor, and to convert it block by block into a reused buffer."""
+    from mp2trn.df import cholesky_tensor
+    from pyscf import df
+
+    full = cholesky_tensor(mol, df.addons.make_auxmol(mol, df.make_auxbasis(mol)))
+    t0 = time.perf_counter()
+    copies = [full[p0 : p0 + rows].astype(np.float32) for p0 in range(0, full.shape[0], rows)]
+    t_copy = time.perf_counter() - t0
+    del copies
+    buf = np.empty((rows, *full.shape[1:]), np.float32)
+
+    def convert():
+        for p0 in range(0, full.shape[0], rows):
+            block = full[p0 : p0 + rows]
+            np.copyto(buf[: len(block)], block, casting="same_kind")
+
+    _, t_conv = best(convert, 3)
+    print(f"tensor {full.nbytes / 1e9:.2f} GB fp64: kept fp32 copy {t_copy:.2f} s once; "
+          f"conversion into a reused buffer {t_conv:.3f} s per build; {machine_description()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
@@ -41,8 +67,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", nargs="+", default=["fp64", "fp32"])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cast", action="store_true", help="only time the fp32 copy against per-build conversion")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
+    if args.cast:
+        cast_costs(mol)
+        return
     ref = scf.RHF(mol).density_fit()
     ref.with_df.build()
     # a converged-like density: the superposition-of-atoms guess, tagged with orbitals as make_rdm1 does
