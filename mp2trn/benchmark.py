@@ -129,13 +129,32 @@ class WholeRunRow:
     delta_mp2_uEh: float  # |E_MP2 total − PySCF| in µEh
 
 
-def end_to_end_case(name: str, precisions: list[str], device: str = "cpu", conv_tol: float = 1e-10) -> list[WholeRunRow]:
-    """PySCF (density-fitted RHF + DFMP2, the same bases) and mp2trn.run per precision, whole runs."""
+def end_to_end_case(name: str, precisions: list[str], device: str = "cpu", conv_tol: float = 1e-10,
+                    repeat: int = 1) -> list[WholeRunRow]:
+    """PySCF (density-fitted RHF + DFMP2, the same bases) and mp2trn.run per precision, whole runs; with
+    ``repeat`` > 1 the codes take turns that many times and each keeps its fastest run."""
+    codes = ["pyscf", *precisions]
+    best: dict[str, tuple] = {}
+    for _ in range(max(1, repeat)):
+        for code in codes:
+            got = _pyscf_whole_run(name, conv_tol) if code == "pyscf" else _mp2trn_whole_run(name, code, device, conv_tol)
+            if code not in best or got[0] < best[code][0]:
+                best[code] = got
+    t_ref, _, _, _, _, e_ref_scf, e_ref = best["pyscf"]
+    rows = []
+    for code in codes:
+        t, t_scf, t_mp2, cycles, label, e_scf, e_tot = best[code]
+        rows.append(WholeRunRow(name, "pyscf" if code == "pyscf" else f"mp2trn {device} {code}", t, t_scf, t_mp2,
+                                cycles, label, t_ref / t, abs(e_scf - e_ref_scf) * 1e6, abs(e_tot - e_ref) * 1e6))
+    return rows
+
+
+def _pyscf_whole_run(name: str, conv_tol: float) -> tuple:
+    """(seconds, SCF s, MP2 s, cycles, precisions, E_SCF, E_total) of PySCF's density-fitted RHF + DFMP2."""
     from pyscf import df, scf
     from pyscf.mp import dfmp2
 
     from .molecule import build_mole
-    from .pipeline import run
 
     path, basis = END_TO_END[name]
     budget = default_memory_mb()
@@ -149,19 +168,21 @@ def end_to_end_case(name: str, precisions: list[str], device: str = "cpu", conv_
     pt.with_df = df.DF(mol, auxbasis=df.make_auxbasis(mol, mp2fit=True))
     pt.verbose, pt.max_memory = 0, budget
     pt.kernel(with_t2=False)
-    t_ref = time.perf_counter() - t0
-    e_ref_scf, e_ref = float(mf.e_tot), float(mf.e_tot + pt.e_corr)
-    rows = [WholeRunRow(name, "pyscf", t_ref, t_scf, t_ref - t_scf, int(mf.cycles), "fp64", 1.0, 0.0, 0.0)]
-    for precision in precisions:
-        t0 = time.perf_counter()
-        res = run(path, basis=basis, device=device, precision=precision, conv_tol=conv_tol, max_memory=budget)
-        t = time.perf_counter() - t0
-        rec = res.scf or {}
-        rows.append(WholeRunRow(name, f"mp2trn {res.what_ran['device']} {precision}", t, res.timings["scf"],
-                                res.timings["mp2"], int(rec.get("cycles", 0)),
-                                precision_runs(rec.get("precision_per_cycle", [])), t_ref / t,
-                                abs(res.e_hf - e_ref_scf) * 1e6, abs(res.e_tot - e_ref) * 1e6))
-    return rows
+    t = time.perf_counter() - t0
+    return t, t_scf, t - t_scf, int(mf.cycles), "fp64", float(mf.e_tot), float(mf.e_tot + pt.e_corr)
+
+
+def _mp2trn_whole_run(name: str, precision: str, device: str, conv_tol: float) -> tuple:
+    """The same tuple for ``mp2trn.run`` with the same bases, conv_tol and memory budget."""
+    from .pipeline import run
+
+    path, basis = END_TO_END[name]
+    t0 = time.perf_counter()
+    res = run(path, basis=basis, device=device, precision=precision, conv_tol=conv_tol, max_memory=default_memory_mb())
+    t = time.perf_counter() - t0
+    rec = res.scf or {}
+    return (t, res.timings["scf"], res.timings["mp2"], int(rec.get("cycles", 0)),
+            precision_runs(rec.get("precision_per_cycle", [])), res.e_hf, res.e_tot)
 
 
 def whole_run_markdown(rows: list[WholeRunRow]) -> str:
