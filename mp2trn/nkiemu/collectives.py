@@ -199,6 +199,22 @@ def _swap(inst: str, sends: dict[int, np.ndarray], reads, writes) -> dict[int, n
     return got
 
 
+def _slices(g: int):
+    """payload(src, j): the bytes of slice j of ``src`` split ``g`` ways along dim 0."""
+    def piece(s, j):
+        rows = s.shape[0] // g
+        return np.ascontiguousarray(s._data[j * rows : (j + 1) * rows]).reshape(-1).view(np.uint8)
+    return piece
+
+
+def _reduced(parts: list[np.ndarray], fn) -> np.ndarray:
+    """``fn`` over the ranks' parts in group order (the same result on every rank)."""
+    acc = parts[0].copy()
+    for x in parts[1:]:
+        acc = fn(acc, x)
+    return acc
+
+
 def _group_exchange(inst, pairs, group, payload) -> list[dict[int, np.ndarray]]:
     """Every member sends ``payload(src, member index)`` of each tensor to each member; returns per tensor
     {source rank: bytes}."""
@@ -231,11 +247,7 @@ def all_reduce(srcs, dsts, replica_group, op):
     members = replica_group.members(current_fabric().rank, inst)
     got = _group_exchange(inst, pairs, replica_group, lambda s, _i: _raw(s))
     for k, (s, d) in enumerate(pairs):
-        parts = [got[k][p].view(s.dtype) for p in members]
-        acc = parts[0].copy()
-        for x in parts[1:]:
-            acc = fn(acc, x)
-        _store(d, acc)
+        _store(d, _reduced([got[k][p].view(s.dtype) for p in members], fn))
 
 
 def all_gather(srcs, dsts, replica_group, collective_dim):
@@ -266,18 +278,9 @@ def reduce_scatter(srcs, dsts, replica_group, collective_dim, op):
         _dim(inst, s, collective_dim)
         _shape_rule(inst, s.shape[0] % g == 0 and (s.shape[0] // g, *s.shape[1:]) == d.shape,
                     f"destination must be the source split {g} ways along dim 0", src=s.shape, dst=d.shape)
-
-    def piece(s, j):
-        rows = s.shape[0] // g
-        return np.ascontiguousarray(s._data[j * rows : (j + 1) * rows]).reshape(-1).view(np.uint8)
-
-    got = _group_exchange(inst, pairs, replica_group, piece)
+    got = _group_exchange(inst, pairs, replica_group, _slices(g))
     for k, (s, d) in enumerate(pairs):
-        parts = [got[k][p].view(s.dtype) for p in members]
-        acc = parts[0].copy()
-        for x in parts[1:]:
-            acc = fn(acc, x)
-        _store(d, acc)
+        _store(d, _reduced([got[k][p].view(s.dtype) for p in members], fn))
 
 
 def all_to_all(srcs, dsts, replica_group, collective_dim):
@@ -291,12 +294,7 @@ def all_to_all(srcs, dsts, replica_group, collective_dim):
         _dim(inst, s, collective_dim)
         _shape_rule(inst, s.shape[0] % g == 0 and s.shape == d.shape,
                     f"source dim 0 must split {g} ways and the destination match the source", src=s.shape, dst=d.shape)
-
-    def piece(s, j):
-        rows = s.shape[0] // g
-        return np.ascontiguousarray(s._data[j * rows : (j + 1) * rows]).reshape(-1).view(np.uint8)
-
-    got = _group_exchange(inst, pairs, replica_group, piece)
+    got = _group_exchange(inst, pairs, replica_group, _slices(g))
     for k, (s, d) in enumerate(pairs):
         d._data[...] = np.concatenate([got[k][p].view(s.dtype) for p in members]).reshape(d.shape)
         d._alloc.written = True
