@@ -145,6 +145,7 @@ class TorchComm(Comm):
         self.torch, self.dist = torch, dist
         self.store = dist.distributed_c10d._get_default_store()
         # host arrays travel over gloo or nccl; under torch-neuronx's 'xla' group, over a gloo group beside it
+        # (all ranks in order, so its ranks are the global ones)
         self.group = dist.new_group(backend="gloo") if self.backend not in ("gloo", "nccl") else None
         self.tensor_device = _collective_device(self.backend)
 
@@ -196,13 +197,13 @@ class TorchComm(Comm):
         with self._guard():
             if send is not None:
                 buffer = self._tensor(np.ascontiguousarray(send).reshape(-1).view(np.uint8))
-                request = self.dist.isend(buffer, self._global(dest), group=self.group)
+                request = self.dist.isend(buffer, dest, group=self.group)
                 self.count(stage, send.nbytes)
             received = None
             if recv_shape is not None:
                 nbytes = int(np.prod(recv_shape)) * np.dtype(dtype).itemsize
                 received = self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.tensor_device)
-                self.dist.recv(received, self._global(src), group=self.group)
+                self.dist.recv(received, src, group=self.group)
             if request is not None:
                 request.wait()
         return None if received is None else self._numpy(received).view(dtype).reshape(recv_shape)
@@ -212,9 +213,6 @@ class TorchComm(Comm):
         with self._guard():
             self.dist.all_gather_object(out, obj, group=self.group)
         return out
-
-    def _global(self, rank: int) -> int:
-        return rank   # the side group holds every rank in order: its ranks are the global ones
 
     # -- failure --------------------------------------------------------------------------------------------
     def publish_failure(self, exc: BaseException) -> None:
