@@ -70,7 +70,7 @@ def cost_table(cost: dict[str, Any]) -> Table:
                f"blocks planned for {cost.get('target')}, precision {cost.get('precision')}"),
         title_justify="left",
         caption=(f"kernels: {KERNELS}. TE% = TensorE FLOP/s as % of fp32 peak (trn1, fp32 runs); "
-                 "busy% = engine busy / modeled time on trn1 (T tensor, V vector, S scalar, G gpsimd, D dma)"),
+                 "busy% = engine busy / modeled time on trn1 (T tensor, V vector, S scalar, G gpsimd, D dma, C collectives)"),
         caption_justify="left",
     )
     for col, just in (("stage", "left"), ("launches", "right"), ("compiles", "right"), ("trn1 ms", "right"),
