@@ -273,7 +273,7 @@ class NkiComm(Comm):
     """Ranks whose arrays travel in NKI collective kernels (``mp2trn.kernels.collectives``) launched on
     the run's NKI device: on ``neuron`` the Neuron runtime's collectives (NeuronLink inside an instance,
     EFA between instances); on ``sim`` the emulator's, whose fabric is this process group. Arrays go as
-    uint32 words, so fp64 arrives bit for bit; fp64 sums are an all-gather of every rank's words summed
+    32-bit words, so fp64 arrives bit for bit; fp64 sums are an all-gather of every rank's words summed
     on the host in rank order. Python objects (the per-rank record) and failure reports stay on the
     process group (:class:`TorchComm`)."""
 
@@ -289,7 +289,8 @@ class NkiComm(Comm):
         if launcher.impl == "emulator":
             from .nkiemu.collectives import use_fabric
 
-            self._fabric = lambda: use_fabric(TorchFabric(base))
+            fabric = TorchFabric(base)
+            self._fabric = lambda: use_fabric(fabric)
         elif isinstance(launcher, NeuronLauncher):
             self._fabric = contextlib.nullcontext
         else:

@@ -172,10 +172,6 @@ class _Cast:
     def __init__(self, block: np.ndarray, dtype: np.dtype):
         self.block, self.dtype = block, dtype
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.block.shape
-
 
 def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os_row: np.ndarray, x_row) -> None:
     """m: (nva, nj, nvb) = T for pairs (i, j) over j. Fill os_row[j] and x_row[j] (fp64 sums).

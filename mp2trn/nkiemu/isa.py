@@ -416,7 +416,6 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     inst = "nc_matmul"
     L = _rt.current()
     T = L.target
-    sh = None
     if stationary.buffer is not SBUF or moving.buffer is not SBUF:
         bad = "stationary" if stationary.buffer is not SBUF else "moving"
         raise NkiRuleError("nc_matmul.operands_sbuf", inst,
