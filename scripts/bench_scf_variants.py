@@ -1,0 +1,156 @@
+"""SCF variants tried for the whole-run speed goal and not adopted: what they change, measured.
+
+    python scripts/bench_scf_variants.py diis             # PySCF DIIS settings: cycles and SCF time
+    python scripts/bench_scf_variants.py fp64-coulomb     # fp32 builds with J from the fp64 tensor
+
+Inosine/cc-pVDZ by default (``--case vitaminc-tz`` for Vitamin C/cc-pVTZ), device J/K on the cpu device,
+conv_tol 1e-10, PySCF's conv_check off (as ``mp2trn.run`` runs it), the memory budget of a run.
+
+``diis``: fp64 SCFs with ``diis_space`` 8 (PySCF's default), 12 and 16, and with PySCF's ADIIS and EDIIS
+in place of CDIIS; prints cycles, SCF seconds and the energy.
+
+``fp64-coulomb``: fp32 SCFs whose builds take K in fp32 and J in fp64 from the host tensor (an
+experiment: this script patches the J of ``DeviceJK.get_jk``), switching to fp64 when the orbital gradient
+falls below ``--grad`` (no other rule); prints the fp32 gradients, the cycles in each precision, the mean
+seconds of each kind of build (from the SCF's own build records) and the SCF time, against the default
+mixed SCF; the variants take turns ``--repeat`` times and each keeps its faster run. A benchmark: it prints measurements and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from pyscf import df, scf
+from pyscf.scf import diis as scf_diis
+
+from mp2trn import jk as jk_module
+from mp2trn.benchmark import END_TO_END
+from mp2trn.jk import density_fit_jk, precision_runs
+from mp2trn.machine import machine_description
+from mp2trn.memory import default_memory_mb
+from mp2trn.molecule import build_mole
+
+
+def _scf(mol, precision: str, **attrs):
+    mf = scf.RHF(mol).density_fit()
+    mf.max_memory = default_memory_mb()
+    mf.with_df.auxmol = df.addons.make_auxmol(mol, mf.with_df.auxbasis)
+    mf = density_fit_jk(mf, device="cpu", precision=precision)
+    mf.conv_tol, mf.verbose, mf.conv_check = 1e-10, 0, False
+    for key, value in attrs.items():
+        setattr(mf, key, value)
+    return mf
+
+
+def _run(mf) -> float:
+    t0 = time.perf_counter()
+    mf.kernel()
+    return time.perf_counter() - t0
+
+
+def diis_variants(mol) -> None:
+    print("| DIIS | cycles | SCF (s) | converged | E_SCF (Eh) |\n|---|---:|---:|---|---:|")
+    for label, attrs in (("CDIIS, space 8 (default)", {}), ("CDIIS, space 12", {"diis_space": 12}),
+                         ("CDIIS, space 16", {"diis_space": 16}), ("ADIIS", {"DIIS": scf_diis.ADIIS}),
+                         ("EDIIS", {"DIIS": scf_diis.EDIIS, "max_cycle": 50})):
+        mf = _scf(mol, "fp64", **attrs)
+        t = _run(mf)
+        print(f"| {label} | {mf.cycles} | {t:.1f} | {mf.converged} | {mf.e_tot:.10f} |", flush=True)
+
+
+def _with_fp64_coulomb():
+    """Patch DeviceJK.get_jk: in reduced-precision builds J comes from the fp64 host tensor."""
+    original = jk_module.DeviceJK.get_jk
+
+    def get_jk(self, dm, hermi=1, with_j=True, with_k=True, *args, **kwargs):
+        reduced = self.schedule.reduced
+        vj, vk = original(self, dm, hermi, with_j and not reduced, with_k, *args, **kwargs)
+        if with_j and reduced:
+            t0 = time.perf_counter()
+            flat = self._full.reshape(self._full.shape[0], -1)
+            dms = np.asarray(dm).reshape(-1, flat.shape[1])
+            vj = ((flat @ dms.T).T @ flat).reshape(np.shape(dm))
+            self.builds[-1]["seconds"] += time.perf_counter() - t0
+        return vj, vk
+
+    jk_module.DeviceJK.get_jk = get_jk
+    return original
+
+
+def _gradient_switch(mf, threshold: float) -> list:
+    """Switch on the orbital gradient alone; returns the list the reduced cycles' gradients go to."""
+    jk = mf.with_df
+    sched = jk.schedule
+    sched.switch_rel, sched.max_reduced, sched.min_reduced = 0.0, 40, 10**9
+    hook, gradients = jk.check_convergence, []
+
+    def check(envs):
+        if sched.reduced:
+            gradients.append(envs["norm_gorb"])
+            if envs["norm_gorb"] < threshold:
+                sched.current = sched.final
+        return hook(envs)
+
+    mf.check_convergence = check
+    return gradients
+
+
+def _report(label: str, mf, seconds: float) -> None:
+    first, *later = mf.with_df.builds   # the first build also makes the tensor
+    means = {p: statistics.mean(b["seconds"] for b in later if b["precision"] == p)
+             for p in sorted({b["precision"] for b in later})}
+    total = sum(b["seconds"] for b in mf.with_df.builds)
+    print(f"| {label} | {precision_runs(mf.with_df.cycles)} | {first['seconds']:.2f} | "
+          + ", ".join(f"{p} {s:.3f}" for p, s in means.items()) + f" | {total:.1f} | {seconds:.1f} | {mf.e_tot:.10f} |",
+          flush=True)
+
+
+def fp64_coulomb(mol, grads: list[float], repeat: int) -> None:
+    """The variants take turns ``repeat`` times (the first run in a process also pays for fresh memory);
+    each row is a variant's faster run."""
+    print("| SCF | cycles | first build s (makes the tensor) | mean s per later build | all builds s | SCF (s) | E_SCF (Eh) |\n"
+          "|---|---|---:|---|---:|---:|---:|")
+    best: dict = {}
+    for _ in range(repeat):
+        mf = _scf(mol, "fp32")
+        _keep(best, "default mixed (fp32 J and K, energy rule)", mf, _run(mf), None)
+        original = _with_fp64_coulomb()
+        try:
+            for g in grads:
+                mf = _scf(mol, "fp32")
+                gradients = _gradient_switch(mf, g)
+                _keep(best, f"fp32 K + fp64 J, switch at abs(g) < {g:g}", mf, _run(mf), gradients)
+        finally:
+            jk_module.DeviceJK.get_jk = original
+    for label, (seconds, mf, gradients) in best.items():
+        _report(label, mf, seconds)
+        if gradients:
+            print("|  | fp32 gradients: " + " ".join(f"{x:.1e}" for x in gradients) + " | | | | | |")
+
+
+def _keep(best: dict, label: str, mf, seconds: float, gradients) -> None:
+    if label not in best or seconds < best[label][0]:
+        best[label] = (seconds, mf, gradients)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("diis", "fp64-coulomb"))
+    ap.add_argument("--case", default="inosine-dz", choices=list(END_TO_END))
+    ap.add_argument("--grad", nargs="+", type=float, default=[1.5e-5])
+    ap.add_argument("--repeat", type=int, default=2, help="fp64-coulomb: turns per variant (the faster is kept)")
+    args = ap.parse_args()
+    path, basis = END_TO_END[args.case]
+    mol = build_mole(path, basis=basis)
+    print(f"{args.case}: {machine_description()}")
+    if args.what == "diis":
+        diis_variants(mol)
+    else:
+        fp64_coulomb(mol, args.grad, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
