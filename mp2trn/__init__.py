@@ -31,6 +31,7 @@ from .jk import density_fit_jk  # noqa: E402
 from .options import RunOptions  # noqa: E402
 from .pipeline import run  # noqa: E402
 from .result import MP2Result  # noqa: E402
+from .threads import one_blas_pool  # noqa: E402
 
 
 
@@ -58,6 +59,7 @@ __all__ = [
     "run",
     "interaction_energy",
     "density_fit_jk",
+    "one_blas_pool",
     "MP2Result",
     "Mp2trnError",
     "InputError",

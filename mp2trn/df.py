@@ -19,6 +19,7 @@ from pyscf import df, gto, lib
 from scipy.linalg import blas as scipy_blas
 
 from .errors import InputError, NumericalError
+from .threads import one_blas_pool
 from .parallel import Comm, balanced_counts, weighted_split
 
 
@@ -156,9 +157,11 @@ def _solved_rows(mol: gto.Mole, auxmol: gto.Mole, low: np.ndarray, shells: tuple
     for s0, s1 in _shell_ranges(ao_loc, rows_per_chunk, *shells):
         # (npair, naux) in Fortran order: pairs μ ∈ [m0, m1), ν ≤ μ
         ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(s0, s1, 0, s1, nbas, nbas + auxmol.nbas))
-        # X Lᵀ = (Q|μν)ᵀ solved in place: X is the block of B, pairs by row
-        yield int(ao_loc[s0]), int(ao_loc[s1]), scipy_blas.dtrsm(1.0, low, ints, side=1, lower=1, trans_a=1,
-                                                                  overwrite_b=1).T
+        # X Lᵀ = (Q|μν)ᵀ solved in place: X is the block of B, pairs by row (SciPy's trsm: its BLAS
+        # pool on the cores, see mp2trn.threads)
+        with one_blas_pool("scipy"):
+            x = scipy_blas.dtrsm(1.0, low, ints, side=1, lower=1, trans_a=1, overwrite_b=1)
+        yield int(ao_loc[s0]), int(ao_loc[s1]), x.T
 
 
 def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) -> np.ndarray | None:

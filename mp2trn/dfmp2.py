@@ -26,6 +26,7 @@ from .orbitals import is_uhf, select_frozen, spin_orbitals
 from .result import MP2Result, qcschema_molecule
 from .scf import check_converged, scf_jkbasis
 from .progress import Progress
+from .threads import one_blas_pool, pool_note
 from .transform import BStore, build_b, build_shared_b
 
 
@@ -47,7 +48,12 @@ def kernel(
     budget is then per rank and every rank returns the same energies.
     Returns an MP2Result with timings (s) of the stages: df_setup, ao_to_mo, metric, pairs, mp2.
     """
-    comm = comm or Comm()
+    with one_blas_pool():
+        return _kernel(mf, device, max_memory, auxbasis, frozen, progress, keep_pair_energies, comm or Comm())
+
+
+def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, progress: Progress | None,
+            keep_pair_energies: bool, comm: Comm) -> MP2Result:
     t_start = time.perf_counter()
     check_converged(mf)
     mol = mf.mol
@@ -95,6 +101,7 @@ def kernel(
         "occ_block": occ_block,
         "aux_block": plan.aux_block,
         "pair_blocks": pairs.block_pairs,
+        "blas": pool_note(),
     })
     if comm.size > 1:
         what_ran["ranks"] = comm.size

@@ -19,6 +19,7 @@ from .jk import DeviceJK, density_fit_jk
 from .parallel import Comm
 from .progress import Progress
 from .scratch import check_stopped
+from .threads import one_blas_pool
 
 
 #: where the SCF's J/K builds run: "auto" (the run's device when it has a J/K stage, else PySCF's host
@@ -80,7 +81,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     mf.callback = lambda envs: _after_cycle(envs, options.max_cycle, progress, last)
     mf.conv_check = False   # its extra cycle is one more J/K build; see _canonical_orbitals
     try:
-        with _orthogonalisation_threshold(options.lindep):
+        with _orthogonalisation_threshold(options.lindep), one_blas_pool():
             mf.kernel()
             check_converged(mf)
             _canonical_orbitals(mf, last)

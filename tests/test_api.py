@@ -48,6 +48,7 @@ def test_ghost_atoms_run_and_are_marked_in_json():
 def test_auto_device_says_what_it_picked(water_result):
     res = mp2trn.run(molecule_path("water"), device="auto")
     assert "auto picked" in res.what_ran["device_selection"]
+    assert res.what_ran["blas"]   # which BLAS pool ran, and which were held back (mp2trn.threads)
     tol = 1e-8 if res.what_ran["precision"] == "fp64" else 1e-6
     assert abs(res.e_corr - water_result.e_corr) < tol
 

@@ -14,6 +14,7 @@ from pyscf import lib
 from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
 
+from ..threads import one_blas_pool
 from .base import Device
 
 
@@ -61,7 +62,9 @@ class CpuDevice(Device):
             v = np.ascontiguousarray(v)
         trsm = scipy_blas.dtrsm if self._dtype == np.float64 else scipy_blas.strsm
         # v (naux, n) in C order is vᵀ (n, naux) in Fortran order: solve X Lᵀ = vᵀ in place (X = Bᵀ)
-        out = trsm(1.0, np.asarray(l_chol, dtype=self._dtype, order="F"), v.T, side=1, lower=1, trans_a=1, overwrite_b=1)
+        with one_blas_pool("scipy"):   # SciPy's trsm on the cores, NumPy's pool held back (mp2trn.threads)
+            out = trsm(1.0, np.asarray(l_chol, dtype=self._dtype, order="F"), v.T, side=1, lower=1, trans_a=1,
+                       overwrite_b=1)
         return out.T
 
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):

@@ -1,0 +1,58 @@
+"""mp2trn.threads: one BLAS pool on the cores at a time."""
+
+import numpy as np
+import pytest
+import scipy.linalg  # noqa: F401  (loads SciPy's BLAS)
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+from mp2trn.threads import _blas_libraries, one_blas_pool, pool_note  # noqa: E402
+
+
+def _threads(owner: str) -> list[int]:
+    mine, _ = _blas_libraries(owner)
+    return [lib.num_threads for lib in mine]
+
+
+def _separate_pools() -> bool:
+    mine, others = _blas_libraries("numpy")
+    return bool(mine) and any(lib.num_threads > 1 for lib in others)
+
+
+@pytest.mark.skipif(not _separate_pools(), reason="NumPy and SciPy share one BLAS here, or it has one thread")
+def test_pools_are_held_and_restored():
+    numpy_before, scipy_before = _threads("numpy"), _threads("scipy")
+    with one_blas_pool() as held:
+        assert "scipy" in held
+        assert _threads("scipy") == [1] * len(scipy_before)
+        assert _threads("numpy") == numpy_before
+        with one_blas_pool("scipy"):   # nested: SciPy's solve gets its threads back, NumPy's is held
+            assert _threads("scipy") == scipy_before
+            assert _threads("numpy") == [1] * len(numpy_before)
+        assert _threads("scipy") == [1] * len(scipy_before)
+        assert _threads("numpy") == numpy_before
+    assert _threads("scipy") == scipy_before and _threads("numpy") == numpy_before
+
+
+@pytest.mark.skipif(not _separate_pools(), reason="NumPy and SciPy share one BLAS here, or it has one thread")
+def test_pools_restored_after_an_error():
+    scipy_before = _threads("scipy")
+    with pytest.raises(RuntimeError):
+        with one_blas_pool():
+            raise RuntimeError("boom")
+    assert _threads("scipy") == scipy_before
+
+
+def test_results_unchanged_inside_the_block():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((300, 300))
+    s = a @ a.T + 300 * np.eye(300)
+    want = scipy.linalg.eigh(s)[0]
+    with one_blas_pool():
+        got = scipy.linalg.eigh(s)[0]
+    assert np.allclose(got, want, rtol=0, atol=1e-10)
+
+
+def test_pool_note_names_numpys_pool():
+    note = pool_note()
+    assert "NumPy" in note or "one BLAS library" in note
