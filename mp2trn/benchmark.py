@@ -7,6 +7,10 @@ and the energy difference. A benchmark, not a test: it prints ratios and asserts
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -115,65 +119,72 @@ def rows_markdown(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
+#: the environment of a "threads tuned" run: OpenMP threads sleep when idle, OpenBLAS workers almost at once
+#: after a call (each of the process's BLAS pools stops competing for the cores with the next one)
+THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
+
+
 @dataclass
 class WholeRunRow:
     case: str
     code: str  # "pyscf" or "mp2trn <device> <precision>"
+    env: str  # "default" (as a new user runs it) or "threads tuned" (THREAD_ENV)
     seconds: float  # the whole run: molecule → SCF → DF-MP2
     scf_seconds: float
     mp2_seconds: float
     scf_cycles: int
     scf_precisions: str  # e.g. "fp32 ×9 → fp64 ×4"
-    speedup: float  # PySCF whole-run time / this time
+    speedup: float  # whole-run time of PySCF as a new user runs it / this time
+    speedup_tuned: float  # the same against PySCF with THREAD_ENV
     delta_scf_uEh: float  # |E_SCF − PySCF| in µEh
     delta_mp2_uEh: float  # |E_MP2 total − PySCF| in µEh
 
 
 def end_to_end_case(name: str, precisions: list[str], device: str = "cpu", conv_tol: float = 1e-10,
-                    repeat: int = 1) -> list[WholeRunRow]:
-    """PySCF (density-fitted RHF + DFMP2, the same bases) and mp2trn.run per precision, whole runs; with
-    ``repeat`` > 1 the codes take turns that many times and each keeps its fastest run."""
-    codes = ["pyscf", *precisions]
-    best: dict[str, tuple] = {}
+                    repeat: int = 1, tuned_mp2trn: bool = False) -> list[WholeRunRow]:
+    """Whole runs of PySCF (density-fitted RHF + DFMP2, the same bases) and of ``mp2trn.run`` per precision,
+    each in a fresh process of its own: PySCF as a new user runs it (no mp2trn imported, the environment
+    without THREAD_ENV) and with THREAD_ENV; mp2trn as it comes (and with THREAD_ENV when ``tuned_mp2trn``).
+    With ``repeat`` > 1 the runs take turns that many times and each keeps its fastest."""
+    runs = [("pyscf", False), ("pyscf", True), *((p, False) for p in precisions),
+            *(((p, True) for p in precisions) if tuned_mp2trn else ())]
+    best: dict[tuple, dict] = {}
     for _ in range(max(1, repeat)):
-        for code in codes:
-            got = _pyscf_whole_run(name, conv_tol) if code == "pyscf" else _mp2trn_whole_run(name, code, device, conv_tol)
-            if code not in best or got[0] < best[code][0]:
-                best[code] = got
-    t_ref, _, _, _, _, e_ref_scf, e_ref = best["pyscf"]
+        for run in runs:
+            got = _whole_run_in_child(name, *run, device, conv_tol)
+            if run not in best or got["seconds"] < best[run]["seconds"]:
+                best[run] = got
+    ref, ref_tuned = best[("pyscf", False)], best[("pyscf", True)]
     rows = []
-    for code in codes:
-        t, t_scf, t_mp2, cycles, label, e_scf, e_tot = best[code]
-        rows.append(WholeRunRow(name, "pyscf" if code == "pyscf" else f"mp2trn {device} {code}", t, t_scf, t_mp2,
-                                cycles, label, t_ref / t, abs(e_scf - e_ref_scf) * 1e6, abs(e_tot - e_ref) * 1e6))
+    for (code, tuned), got in best.items():
+        rows.append(WholeRunRow(
+            name, "pyscf" if code == "pyscf" else f"mp2trn {device} {code}", "threads tuned" if tuned else "default",
+            got["seconds"], got["scf_seconds"], got["mp2_seconds"], got["cycles"], got.get("precisions", "fp64"),
+            ref["seconds"] / got["seconds"], ref_tuned["seconds"] / got["seconds"],
+            abs(got["e_scf"] - ref["e_scf"]) * 1e6, abs(got["e_tot"] - ref["e_tot"]) * 1e6))
     return rows
 
 
-def _pyscf_whole_run(name: str, conv_tol: float) -> tuple:
-    """(seconds, SCF s, MP2 s, cycles, precisions, E_SCF, E_total) of PySCF's density-fitted RHF + DFMP2."""
-    from pyscf import df, scf
-    from pyscf.mp import dfmp2
-
-    from .molecule import build_mole
-
+def _whole_run_in_child(name: str, code: str, tuned: bool, device: str, conv_tol: float) -> dict:
+    """One whole run in a fresh Python process; returns its JSON record."""
     path, basis = END_TO_END[name]
-    budget = default_memory_mb()
-    t0 = time.perf_counter()
-    mol = build_mole(path, basis=basis)
-    mf = scf.RHF(mol).density_fit()
-    mf.conv_tol, mf.verbose, mf.max_memory = conv_tol, 0, budget
-    mf.kernel()
-    t_scf = time.perf_counter() - t0
-    pt = dfmp2.DFMP2(mf)
-    pt.with_df = df.DF(mol, auxbasis=df.make_auxbasis(mol, mp2fit=True))
-    pt.verbose, pt.max_memory = 0, budget
-    pt.kernel(with_t2=False)
-    t = time.perf_counter() - t0
-    return t, t_scf, t - t_scf, int(mf.cycles), "fp64", float(mf.e_tot), float(mf.e_tot + pt.e_corr)
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_ENV}
+    if tuned:
+        env.update(THREAD_ENV)
+    if code == "pyscf":   # PySCF alone: mp2trn's import would set OMP_WAIT_POLICY
+        cmd = [sys.executable, str(ROOT / "scripts" / "pyscf_whole_run.py"), str(path), basis,
+               "--conv-tol", repr(conv_tol), "--max-memory", repr(default_memory_mb())]
+    else:
+        cmd = [sys.executable, "-c", "from mp2trn.benchmark import print_whole_run; "
+               f"print_whole_run({name!r}, {code!r}, {device!r}, {conv_tol!r})"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"whole run {name} {code} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _mp2trn_whole_run(name: str, precision: str, device: str, conv_tol: float) -> tuple:
-    """The same tuple for ``mp2trn.run`` with the same bases, conv_tol and memory budget."""
+def print_whole_run(name: str, precision: str, device: str, conv_tol: float) -> None:
+    """``mp2trn.run`` with the bases, conv_tol and memory budget of PySCF's run; prints its JSON record."""
     from .pipeline import run
 
     path, basis = END_TO_END[name]
@@ -181,15 +192,17 @@ def _mp2trn_whole_run(name: str, precision: str, device: str, conv_tol: float) -
     res = run(path, basis=basis, device=device, precision=precision, conv_tol=conv_tol, max_memory=default_memory_mb())
     t = time.perf_counter() - t0
     rec = res.scf or {}
-    return (t, res.timings["scf"], res.timings["mp2"], int(rec.get("cycles", 0)),
-            precision_runs(rec.get("precision_per_cycle", [])), res.e_hf, res.e_tot)
+    print(json.dumps({"seconds": t, "scf_seconds": res.timings["scf"], "mp2_seconds": res.timings["mp2"],
+                      "cycles": int(rec.get("cycles", 0)), "precisions": precision_runs(rec.get("precision_per_cycle", [])),
+                      "e_scf": res.e_hf, "e_tot": res.e_tot}))
 
 
 def whole_run_markdown(rows: list[WholeRunRow]) -> str:
-    lines = ["| case | code | whole run (s) | SCF (s) | MP2 (s) | SCF cycles (precision) | speed-up vs PySCF | "
-             "abs. diff E_SCF (µEh) | abs. diff E_MP2 (µEh) |", "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    lines = ["| case | code | environment | whole run (s) | SCF (s) | MP2 (s) | SCF cycles (precision) | "
+             "speed-up vs PySCF | vs PySCF, threads tuned | abs. diff E_SCF (µEh) | abs. diff E_MP2 (µEh) |",
+             "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r.case} | {r.code} | {r.seconds:.1f} | {r.scf_seconds:.1f} | {r.mp2_seconds:.1f} | "
-                     f"{r.scf_cycles} ({r.scf_precisions}) | {r.speedup:.2f}× | {r.delta_scf_uEh:.1e} | "
-                     f"{r.delta_mp2_uEh:.1e} |")
+        lines.append(f"| {r.case} | {r.code} | {r.env} | {r.seconds:.1f} | {r.scf_seconds:.1f} | {r.mp2_seconds:.1f} | "
+                     f"{r.scf_cycles} ({r.scf_precisions}) | {r.speedup:.2f}× | {r.speedup_tuned:.2f}× | "
+                     f"{r.delta_scf_uEh:.1e} | {r.delta_mp2_uEh:.1e} |")
     return "\n".join(lines)
