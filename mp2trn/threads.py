@@ -23,6 +23,7 @@ every OpenBLAS at once: each worker then sleeps almost at once after a call.)
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 from typing import Iterator
@@ -42,9 +43,13 @@ def _package_dirs(package: str) -> tuple[str, ...]:
     return pkg + os.sep, os.path.join(os.path.dirname(pkg), f"{package}.libs") + os.sep
 
 
+@functools.lru_cache(maxsize=None)
 def _blas_libraries(owner: str) -> tuple[list, list]:
     """(``owner``'s BLAS libraries, the other BLAS libraries); nothing to hold back when ``owner``'s own
-    cannot be told apart (e.g. NumPy and SciPy sharing one system BLAS: then there is one pool)."""
+    cannot be told apart (e.g. NumPy and SciPy sharing one system BLAS: then there is one pool).
+
+    Looked up once per process (a scan of the loaded libraries costs ~2 ms, and a triangular solve asks at
+    every call); mp2trn imports NumPy, SciPy and PySCF before the first lookup."""
     blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
     dirs = _package_dirs(owner)
     mine = [lib for lib in blas if os.path.abspath(lib.filepath).startswith(dirs)]

@@ -29,9 +29,10 @@ CASES = {
 #: keys holding wall-clock times, which differ from run to run
 TIMING_KEYS = {"timings", "emulation_wall_s"}
 #: fields added since, on purpose: the SCF stage record (J/K device, precision per cycle), the
-#: modeled whole-run estimate in the cost report, two QCSchema properties, and the compile counts
+#: modeled whole-run estimate in the cost report, two QCSchema properties, the compile counts, and which
+#: BLAS thread pool ran (mp2trn.threads)
 ADDED_KEYS = {"scf", "whole_run", "nuclear_repulsion_energy", "scf_iterations", "compiles", "compiles_by_stage",
-              "compile_cache"}
+              "compile_cache", "blas"}
 
 
 def _mask_versions(text: str) -> str:
