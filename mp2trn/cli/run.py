@@ -139,6 +139,8 @@ def what_ran_table(result: MP2Result) -> Table:
         if w.get(key):
             table.add_row(key, str(w[key]))
     table.add_row("precision", str(w.get("precision")))
+    if w.get("blas"):
+        table.add_row("BLAS threads", w["blas"])
     table.add_row("basis / aux basis", f"{w.get('basis')} / {w.get('auxbasis')}")
     table.add_row("SCF", f"density-fitted ({w.get('jkbasis')})" if w.get("jkbasis") else "conventional integrals")
     if result.scf:
