@@ -2,6 +2,7 @@
 
     python scripts/bench_scf_variants.py diis             # PySCF DIIS settings: cycles and SCF time
     python scripts/bench_scf_variants.py fp64-coulomb     # fp32 builds with J from the fp64 tensor
+    python scripts/bench_scf_variants.py incremental      # after the switch: fp64 reference + fp32 ΔD builds
 
 Inosine/cc-pVDZ by default (``--case vitaminc-tz`` for Vitamin C/cc-pVTZ), device J/K on the cpu device,
 conv_tol 1e-10, PySCF's conv_check off (as ``mp2trn.run`` runs it), the memory budget of a run.
@@ -13,7 +14,17 @@ in place of CDIIS; prints cycles, SCF seconds and the energy.
 experiment: this script patches the J of ``DeviceJK.get_jk``), switching to fp64 when the orbital gradient
 falls below ``--grad`` (no other rule); prints the fp32 gradients, the cycles in each precision, the mean
 seconds of each kind of build (from the SCF's own build records) and the SCF time, against the default
-mixed SCF; the variants take turns ``--repeat`` times and each keeps its faster run. A benchmark: it prints measurements and asserts nothing.
+mixed SCF; the variants take turns ``--repeat`` times and each keeps its faster run.
+
+``incremental``: fp32 SCFs (RHF) whose first build after the precision switch is a full fp64 reference
+build, and every later build adds an fp32 build on ΔD = D − D_ref to it: with C = C_ref·U + Δ (U the
+orthogonal Procrustes rotation between the two occupied spaces, so Δ is small), Y_P = B_P Δ,
+W_P = B_P C_ref U + Y_P/2, K(ΔD) = Σ_P W_P Y_Pᵀ + Y_P W_Pᵀ and ρ_P(ΔD) = 2 Σ W_P∘Δ, all in fp32 from the
+reference's half-transform B_P C_ref kept in fp32 — the rounding noise scales with |ΔD| instead of |D|.
+An experiment (this script patches ``DeviceJK.get_jk``): the reference build here recomputes B_P C_ref in
+fp32 (its seconds are counted), where a built-in version would keep it from the fp64 build.
+
+A benchmark: it prints measurements and asserts nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from mp2trn.jk import density_fit_jk, precision_runs
 from mp2trn.machine import machine_description
 from mp2trn.memory import default_memory_mb
 from mp2trn.molecule import build_mole
+from mp2trn.threads import one_blas_pool
 
 
 def _scf(mol, precision: str, **attrs):
@@ -47,7 +59,8 @@ def _scf(mol, precision: str, **attrs):
 
 def _run(mf) -> float:
     t0 = time.perf_counter()
-    mf.kernel()
+    with one_blas_pool():   # as mp2trn's own SCF runs (mp2trn/threads.py)
+        mf.kernel()
     return time.perf_counter() - t0
 
 
@@ -78,6 +91,73 @@ def _with_fp64_coulomb():
 
     jk_module.DeviceJK.get_jk = get_jk
     return original
+
+
+def _with_incremental():
+    """Patch DeviceJK.get_jk: after the switch, one fp64 reference build, then fp32 builds on ΔD (RHF)."""
+    original = jk_module.DeviceJK.get_jk
+
+    def get_jk(self, dm, hermi=1, with_j=True, with_k=True, *args, **kwargs):
+        if self.schedule.reduced or not (with_j and with_k):
+            return original(self, dm, hermi, with_j, with_k, *args, **kwargs)
+        c_now = jk_module.density_factors(dm)[0][0][0]
+        ref = getattr(self, "_reference", None)
+        if ref is None:   # the fp64 reference build, and B_P C_ref in fp32 for the later ones
+            vj, vk = original(self, dm, hermi, with_j, with_k, *args, **kwargs)
+            t0 = time.perf_counter()
+            full, nao = self._full, c_now.shape[0]
+            x32 = [(full[p0 : p0 + 256].reshape(-1, nao).astype(np.float32) @ c_now.astype(np.float32))
+                   for p0 in range(0, full.shape[0], 256)]
+            self._reference = {"c": c_now, "j": vj, "k": vk, "x": x32, "s": self.mol.intor_symmetric("int1e_ovlp")}
+            self.builds[-1]["seconds"] += time.perf_counter() - t0
+            return vj, vk
+        t0 = time.perf_counter()
+        w_, _, vt = np.linalg.svd(ref["c"].T @ ref["s"] @ c_now)
+        u = w_ @ vt                                  # C_ref·U is the reference orbital set closest to C
+        delta = (c_now - ref["c"] @ u).astype(np.float32)
+        u32 = u.astype(np.float32)
+        full, nao, n = self._full, c_now.shape[0], c_now.shape[1]
+        vj, vk = ref["j"].copy(), ref["k"].copy()
+        for k, p0 in enumerate(range(0, full.shape[0], 256)):
+            b32 = full[p0 : p0 + 256].astype(np.float32)
+            p = b32.shape[0]
+            y = b32.reshape(p * nao, nao) @ delta
+            w = ref["x"][k] @ u32
+            w += 0.5 * y
+            rho = 2.0 * (w.reshape(p, nao * n) @ delta.ravel())
+            wt = np.ascontiguousarray(w.reshape(p, nao, n).transpose(1, 0, 2)).reshape(nao, p * n)
+            yt = np.ascontiguousarray(y.reshape(p, nao, n).transpose(1, 0, 2)).reshape(nao, p * n)
+            g = (wt @ yt.T).astype(np.float64)
+            vk += g + g.T
+            vj += (rho @ b32.reshape(p, nao * nao)).reshape(nao, nao)
+        self.builds.append({"precision": "fp32 on ΔD", "seconds": time.perf_counter() - t0})
+        return vj.reshape(np.shape(dm)), vk.reshape(np.shape(dm))
+
+    jk_module.DeviceJK.get_jk = get_jk
+    return original
+
+
+def incremental(mol, repeat: int) -> None:
+    """Default mixed SCF and the incremental variant take turns ``repeat`` times; each keeps its faster run."""
+    print("| SCF | cycles | first build s (makes the tensor) | mean s per later build | all builds s | SCF (s) | E_SCF (Eh) |\n"
+          "|---|---|---:|---|---:|---:|---:|")
+    best: dict = {}
+    for _ in range(repeat):
+        mf = _scf(mol, "fp32")
+        _keep(best, "default mixed (fp32, then fp64)", mf, _run(mf), None)
+        original = _with_incremental()
+        try:
+            mf = _scf(mol, "fp32")
+            _keep(best, "fp32, then fp64 reference + fp32 on ΔD", mf, _run(mf), None)
+        finally:
+            jk_module.DeviceJK.get_jk = original
+    for label, (seconds, mf, _) in best.items():
+        _report(label, mf, seconds)
+        print(f"|  | builds: {' → '.join(_runs([b['precision'] for b in mf.with_df.builds]))} | | | | | |")
+
+
+def _runs(labels: list[str]) -> list[str]:
+    return precision_runs(labels).split(" → ")
 
 
 def _gradient_switch(mf, threshold: float) -> list:
@@ -138,7 +218,7 @@ def _keep(best: dict, label: str, mf, seconds: float, gradients) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("diis", "fp64-coulomb"))
+    ap.add_argument("what", choices=("diis", "fp64-coulomb", "incremental"))
     ap.add_argument("--case", default="inosine-dz", choices=list(END_TO_END))
     ap.add_argument("--grad", nargs="+", type=float, default=[1.5e-5])
     ap.add_argument("--repeat", type=int, default=2, help="fp64-coulomb: turns per variant (the faster is kept)")
@@ -148,6 +228,8 @@ def main() -> None:
     print(f"{args.case}: {machine_description()}")
     if args.what == "diis":
         diis_variants(mol)
+    elif args.what == "incremental":
+        incremental(mol, args.repeat)
     else:
         fp64_coulomb(mol, args.grad, args.repeat)
 
