@@ -93,6 +93,17 @@ def _with_fp64_coulomb():
     return original
 
 
+#: the table the build-level variants print
+BUILDS_HEADER = ("| SCF | cycles | first build s (makes the tensor) | mean s per later build | all builds s | SCF (s) | "
+                 "E_SCF (Eh) |\n|---|---|---:|---|---:|---:|---:|")
+
+
+def _default_mixed(best: dict, mol, label: str) -> None:
+    """One run of the default mixed SCF, kept in ``best`` under ``label`` when it is the faster."""
+    mf = _scf(mol, "fp32")
+    _keep(best, label, mf, _run(mf), None)
+
+
 def _with_incremental():
     """Patch DeviceJK.get_jk: after the switch, one fp64 reference build, then fp32 builds on ΔD (RHF)."""
     original = jk_module.DeviceJK.get_jk
@@ -139,12 +150,10 @@ def _with_incremental():
 
 def incremental(mol, repeat: int) -> None:
     """Default mixed SCF and the incremental variant take turns ``repeat`` times; each keeps its faster run."""
-    print("| SCF | cycles | first build s (makes the tensor) | mean s per later build | all builds s | SCF (s) | E_SCF (Eh) |\n"
-          "|---|---|---:|---|---:|---:|---:|")
+    print(BUILDS_HEADER)
     best: dict = {}
     for _ in range(repeat):
-        mf = _scf(mol, "fp32")
-        _keep(best, "default mixed (fp32, then fp64)", mf, _run(mf), None)
+        _default_mixed(best, mol, "default mixed (fp32, then fp64)")
         original = _with_incremental()
         try:
             mf = _scf(mol, "fp32")
@@ -191,12 +200,10 @@ def _report(label: str, mf, seconds: float) -> None:
 def fp64_coulomb(mol, grads: list[float], repeat: int) -> None:
     """The variants take turns ``repeat`` times (the first run in a process also pays for fresh memory);
     each row is a variant's faster run."""
-    print("| SCF | cycles | first build s (makes the tensor) | mean s per later build | all builds s | SCF (s) | E_SCF (Eh) |\n"
-          "|---|---|---:|---|---:|---:|---:|")
+    print(BUILDS_HEADER)
     best: dict = {}
     for _ in range(repeat):
-        mf = _scf(mol, "fp32")
-        _keep(best, "default mixed (fp32 J and K, energy rule)", mf, _run(mf), None)
+        _default_mixed(best, mol, "default mixed (fp32 J and K, energy rule)")
         original = _with_fp64_coulomb()
         try:
             for g in grads:
