@@ -3,6 +3,7 @@
     python scripts/bench_jk.py                      # Inosine/cc-pVDZ (JK-fit), cpu fp64 and fp32
     python scripts/bench_jk.py --xyz molecules/benzene.xyz --basis cc-pvtz --repeat 5
     python scripts/bench_jk.py --cast          # only: the tensor in fp32, kept copy vs reused buffer
+    python scripts/bench_jk.py --peak          # only: this machine's DGEMM and SGEMM rates (4000² GEMM)
 
 Prints seconds per build (best of --repeat), GFLOP/s of the exchange build (counted as
 4·naux·nao²·nocc: the half-transform B_P C and the rank update, as PySCF counts none of the syrk saving),
@@ -60,6 +61,15 @@ def cast_costs(mol, rows: int = 256) -> None:
           f"conversion into a reused buffer {t_conv:.3f} s per build; {machine_description()}")
 
 
+def gemm_peak(n: int = 4000) -> None:
+    """GFLOP/s of one n×n×n GEMM in fp64 and fp32 (best of 3): the rate the J/K builds are measured against."""
+    rng = np.random.default_rng(0)
+    for dtype in (np.float64, np.float32):
+        a = rng.standard_normal((n, n)).astype(dtype)
+        _, t = best(lambda: a @ a, 3)
+        print(f"{np.dtype(dtype).name} GEMM {n}x{n}x{n}: {2 * n**3 / t / 1e9:.0f} GFLOP/s; {machine_description()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
@@ -67,9 +77,13 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", nargs="+", default=["fp64", "fp32"])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--peak", action="store_true", help="only print this machine's DGEMM and SGEMM rates")
     ap.add_argument("--cast", action="store_true", help="only time the fp32 copy against per-build conversion")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
+    if args.peak:
+        gemm_peak()
+        return
     if args.cast:
         cast_costs(mol)
         return

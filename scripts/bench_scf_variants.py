@@ -162,11 +162,7 @@ def incremental(mol, repeat: int) -> None:
             jk_module.DeviceJK.get_jk = original
     for label, (seconds, mf, _) in best.items():
         _report(label, mf, seconds)
-        print(f"|  | builds: {' → '.join(_runs([b['precision'] for b in mf.with_df.builds]))} | | | | | |")
-
-
-def _runs(labels: list[str]) -> list[str]:
-    return precision_runs(labels).split(" → ")
+        print(f"|  | builds: {precision_runs([b['precision'] for b in mf.with_df.builds])} | | | | | |")
 
 
 def _gradient_switch(mf, threshold: float) -> list:
