@@ -19,6 +19,7 @@ from pyscf import df, gto, lib
 from scipy.linalg import blas as scipy_blas
 
 from .errors import InputError, NumericalError
+from .memory import prefaulted_empty
 from .threads import one_blas_pool
 from .parallel import Comm, balanced_counts, weighted_split
 
@@ -180,7 +181,7 @@ def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) ->
     if low is None:
         return None
     nao, naux = mol.nao_nr(), auxmol.nao_nr()
-    out = np.empty((naux, nao, nao))
+    out = prefaulted_empty((naux, nao, nao))
     for m0, m1, x in _solved_rows(mol, auxmol, low, (0, mol.nbas), chunk_mb):
         off = 0
         for mu in range(m0, m1):

@@ -9,8 +9,12 @@ before any heavy work.
 
 from __future__ import annotations
 
+import mmap
 import os
+import threading
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from .errors import InputError, ResourceError
 
@@ -66,6 +70,42 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
+
+
+#: arrays smaller than this come from np.empty: their first touch costs little either way
+_PREFAULT_MIN_BYTES = 64e6
+
+
+def prefaulted_empty(shape: tuple[int, ...], dtype=np.float64) -> np.ndarray:
+    """A new C-contiguous array of ``shape`` (uninitialised in meaning, zero in fact) whose memory is
+    already mapped, in small pages, by one thread per core at once.
+
+    Why: the first write to fresh memory is what a large array costs most on a virtual machine, and NumPy
+    advises the kernel to back arrays ≥ 4 MB with 2 MB huge pages, which such a machine maps slowly. On
+    the 2-core machine of docs/benchmarks.md, filling a new 1.37 GB array (Inosine's SCF tensor) took
+    2.3–3.3 s with NumPy's huge pages and 0.3–0.6 s with 4 KB pages faulted in by two threads
+    (``python scripts/bench_scf_costs.py --only touch``). Elsewhere (no ``MADV_NOHUGEPAGE``, or a small
+    array) this is ``np.zeros``.
+    """
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if nbytes < _PREFAULT_MIN_BYTES or not hasattr(mmap, "MADV_NOHUGEPAGE"):
+        return np.zeros(shape, dtype=dtype)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf.madvise(mmap.MADV_NOHUGEPAGE)
+    flat = np.frombuffer(buf, dtype=np.uint8)
+    nthreads = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8))
+    edges = [nbytes * k // nthreads // 4096 * 4096 for k in range(nthreads)] + [nbytes]
+
+    def fault_in(k: int) -> None:  # NumPy releases the GIL for the fill, so the threads run at once
+        flat[edges[k] : edges[k + 1]] = 0
+
+    workers = [threading.Thread(target=fault_in, args=(k,)) for k in range(1, nthreads)]
+    for w in workers:
+        w.start()
+    fault_in(0)
+    for w in workers:
+        w.join()
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
 @dataclass(frozen=True)

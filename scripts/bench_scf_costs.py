@@ -7,7 +7,8 @@
 1. ``tensor``  the SCF's 3-index tensor: mp2trn's direct build (``df.cholesky_tensor``) against PySCF's
                ``cholesky_eri`` plus the unpack the J/K builds need (two rounds, the second warm);
 2. ``touch``   this machine's cost of touching fresh memory: filling a new array the size of the tensor,
-               then the same again (a VM backs new guest pages on first touch);
+               NumPy's against ``mp2trn.memory.prefaulted_empty``'s (a VM backs new guest pages on
+               first touch, slowly for huge pages);
 3. ``rank``    the rank of ΔD = D_k − D_ref over PySCF's fp64 SCF (eigenvalues above 1e-6 / 1e-8 of
                |ΔD|): why incremental fp32 ΔK builds cost as much as fp64 K builds on a CPU;
 4. ``guess``   SCF cycles of PySCF's DF-RHF from each initial guess (minao is the default).
@@ -26,6 +27,7 @@ from pyscf import df, lib, scf
 
 from mp2trn.df import cholesky_tensor
 from mp2trn.machine import machine_description
+from mp2trn.memory import prefaulted_empty
 from mp2trn.molecule import build_mole
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,15 +51,21 @@ def tensor(mol) -> None:
 
 
 def touch(mol) -> None:
+    """Fill a new array the size of the tensor: NumPy's (huge pages advised) against
+    :func:`mp2trn.memory.prefaulted_empty` (small pages, faulted in by one thread per core), twice each in
+    turn, with a pause between for the freed pages to be handed back to the host."""
     naux = df.addons.make_auxmol(mol, df.make_auxbasis(mol)).nao_nr()
     shape = (naux, mol.nao_nr(), mol.nao_nr())
     gb = np.prod(shape) * 8 / 1e9
-    for label in ("fresh", "again"):
-        t0 = time.perf_counter()
-        a = np.empty(shape)
-        a[...] = 1.0
-        print(f"touch {label}: filling a new {gb:.2f} GB array took {time.perf_counter() - t0:.2f} s")
-        del a
+    makers = {"np.empty": np.empty, "prefaulted_empty": prefaulted_empty}
+    for rnd in (1, 2):
+        for label, make in makers.items():
+            time.sleep(5)
+            t0 = time.perf_counter()
+            a = make(shape)
+            a[...] = 1.0
+            print(f"touch round {rnd}: {label} of {gb:.2f} GB, then filled: {time.perf_counter() - t0:.2f} s")
+            del a
 
 
 def rank(mol) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import mp2trn
 from mp2trn.errors import ResourceError
-from mp2trn.memory import SpinShape, plan_blocks
+from mp2trn.memory import SpinShape, plan_blocks, prefaulted_empty
 
 from .conftest import scf_for
 
@@ -63,3 +64,24 @@ def test_pyscf_max_memory_env_is_the_default(monkeypatch):
 
     monkeypatch.setenv("PYSCF_MAX_MEMORY", "1234")
     assert default_memory_mb() == 1234.0
+
+
+@pytest.mark.parametrize("shape, dtype", [((3, 4), np.float64), ((70, 330, 330), np.float64),
+                                          ((41, 331, 331), np.float32)])
+def test_prefaulted_empty_is_a_writable_zeroed_c_array(shape, dtype):
+    # the two middle cases are above the size where the pages are mapped ahead by threads
+    a = prefaulted_empty(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype
+    assert a.flags.c_contiguous and a.flags.writeable
+    assert not a.any()
+    a[...] = 2.5
+    a[-1, ...] = -1.0
+    assert a.sum() == pytest.approx(2.5 * (a.size - a[-1].size) - a[-1].size)
+
+
+def test_prefaulted_empty_survives_its_views():
+    a = prefaulted_empty((80, 330, 330))
+    view = a[40:]
+    del a
+    view[...] = 1.0   # the mapping belongs to the array chain, not to a local name
+    assert view.sum() == view.size
