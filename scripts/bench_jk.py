@@ -9,8 +9,9 @@ Prints seconds per build (best of --repeat), GFLOP/s of the exchange build (coun
 4·naux·nao²·nocc: the half-transform B_P C and the rank update, as PySCF counts none of the syrk saving),
 the speed-up over PySCF and max |ΔJ|, |ΔK|. ``--cast`` times the two ways of having the fp64 tensor
 (naux, nao, nao) in fp32 for an fp32 build: a kept copy (fresh memory, made once per SCF) against
-converting each 256-row block into one reused buffer (what the cpu device does, at every fp32 build);
-run it in a fresh process, as a run meets the copy. A benchmark, not a test: it asserts nothing about speed.
+converting at every build, either each 256-row block whole into one reused buffer before its GEMMs, or,
+as the cpu device does, a few rows at a time, read by the GEMMs while still in cache; run it in a fresh
+process, as a run meets the copy. A benchmark, not a test: it asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -40,25 +41,47 @@ def best(fn, repeat):
 
 
 def cast_costs(mol, rows: int = 256) -> None:
-    """Seconds to make a kept fp32 copy of the tensor, and to convert it block by block into a reused buffer."""
+    """An fp32 build from the fp64 tensor: the cost of a kept fp32 copy (once per SCF), and seconds per
+    build converting each 256-row block whole into a reused buffer before its GEMMs (what the cpu device
+    did until 2026-11-23) against the cpu device's build, which converts a few rows at a time."""
+    from mp2trn.devices import get_device
     from mp2trn.df import cholesky_tensor
     from pyscf import df
 
     full = cholesky_tensor(mol, df.addons.make_auxmol(mol, df.make_auxbasis(mol)))
+    nao, nocc = full.shape[1], mol.nelectron // 2
     t0 = time.perf_counter()
     copies = [full[p0 : p0 + rows].astype(np.float32) for p0 in range(0, full.shape[0], rows)]
     t_copy = time.perf_counter() - t0
     del copies
-    buf = np.empty((rows, *full.shape[1:]), np.float32)
+    c = np.linalg.qr(np.random.default_rng(0).standard_normal((nao, nocc)))[0]
+    ct = np.ascontiguousarray(c.T, dtype=np.float32)
+    buf = np.empty((rows, nao, nao), np.float32)
 
-    def convert():
+    def whole_blocks():
+        vj, vk = np.zeros(nao * nao, np.float32), np.zeros((nao, nao))
         for p0 in range(0, full.shape[0], rows):
             block = full[p0 : p0 + rows]
-            np.copyto(buf[: len(block)], block, casting="same_kind")
+            b = buf[: len(block)]
+            np.copyto(b, block, casting="same_kind")
+            z = np.matmul(ct, b)
+            vk += (z.reshape(-1, nao).T @ z.reshape(-1, nao))
+            rho = z.reshape(len(b), -1) @ ct.ravel()
+            vj += rho @ b.reshape(len(b), -1)
+        return vj, vk
 
-    _, t_conv = best(convert, 3)
-    print(f"tensor {full.nbytes / 1e9:.2f} GB fp64: kept fp32 copy {t_copy:.2f} s once; "
-          f"conversion into a reused buffer {t_conv:.3f} s per build; {machine_description()}")
+    dev = get_device("cpu", "fp32")
+    handles = [dev.jk_tensor(full[p0 : p0 + rows], np.dtype(np.float32)) for p0 in range(0, full.shape[0], rows)]
+    dm = c @ c.T
+
+    def device_build():
+        return [dev.jk_block(h, [(c, 1.0)], dm, True, True) for h in handles]
+
+    _, t_whole = best(whole_blocks, 3)
+    _, t_device = best(device_build, 3)
+    print(f"tensor {full.nbytes / 1e9:.2f} GB fp64, nocc {nocc}: a kept fp32 copy {t_copy:.2f} s once; per fp32 "
+          f"J/K build, whole 256-row blocks converted first {t_whole:.3f} s, the cpu device (a few rows at a "
+          f"time) {t_device:.3f} s; {machine_description()}")
 
 
 def gemm_peak(n: int = 4000) -> None:
@@ -78,7 +101,7 @@ def main() -> None:
     ap.add_argument("--precision", nargs="+", default=["fp64", "fp32"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peak", action="store_true", help="only print this machine's DGEMM and SGEMM rates")
-    ap.add_argument("--cast", action="store_true", help="only time the fp32 copy against per-build conversion")
+    ap.add_argument("--cast", action="store_true", help="only time the fp32 copy against per-build conversions")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     if args.peak:

@@ -27,7 +27,7 @@ class CpuDevice(Device):
         self.precision = precision
         self._dtype = self.mode.compute
         self._jk_bufs: tuple[np.ndarray, np.ndarray] | None = None   # J/K work buffers, kept between builds
-        self._jk_cast: np.ndarray | None = None   # a tensor block in reduced precision, rewritten each build
+        self._jk_cast: np.ndarray | None = None   # a few tensor rows in reduced precision, rewritten each build
         # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
         # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
         # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
@@ -91,25 +91,57 @@ class CpuDevice(Device):
     has_jk = True
 
     def jk_tensor(self, block, dtype):
-        # fp64: the host block itself. Reduced: converted at every build into one reused buffer, not kept
-        # as a second copy of the tensor: fresh pages are slow to touch on this kind of machine (Inosine/
-        # cc-pVDZ: fp32 copies of the 1.4 GB tensor 1.7 s, converting its blocks into a reused buffer
-        # 0.06 s per build; scripts/bench_jk.py --cast)
+        # fp64: the host block itself. Reduced: converted at every build, a few rows at a time into a small
+        # reused buffer (_jk_block_converted), not kept as a second copy of the tensor: fresh pages are
+        # slow to touch on this kind of machine (Inosine/cc-pVDZ: fp32 copies of the 1.4 GB tensor 0.7-1.7 s,
+        # converting its blocks 0.05-0.08 s per build; scripts/bench_jk.py --cast)
         return block if dtype == np.float64 else _Cast(block, np.dtype(dtype))
 
-    def _cast(self, handle: "_Cast") -> np.ndarray:
-        """The block of ``handle`` in its reduced dtype, in the reused buffer."""
-        src = handle.block
-        buf = self._jk_cast
-        if buf is None or buf.dtype != handle.dtype or buf.size < src.size:
-            buf = self._jk_cast = np.empty(src.size, dtype=handle.dtype)
-        out = buf[: src.size].reshape(src.shape)
-        np.copyto(out, src, casting="same_kind")
-        return out
+    def _jk_block_converted(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
+        """J/K of one block in reduced precision from its fp64 rows, converted ``_CAST_CHUNK_BYTES`` at a
+        time into a reused buffer that the GEMMs read while it is still in cache.
+
+        Per chunk of rows P: Z[P, i, ν] = (Cᵀ B_P)[i, ν] for each factor (one batched GEMM), ρ_P from Z,
+        and J += Σ_P ρ_P B_P; then K = Zᵀ Z per factor over the whole block (one syrk). Converting whole
+        256-row blocks before the GEMMs cost 0.37 s per build on Vitamin C/cc-pVTZ against 0.30 s so
+        (``python scripts/bench_jk.py --cast``).
+        """
+        src, dtype = handle.block, handle.dtype
+        p, nao, _ = src.shape
+        rows = max(1, int(_CAST_CHUNK_BYTES // (nao * nao * dtype.itemsize)))
+        chunk = self._jk_cast
+        if chunk is None or chunk.dtype != dtype or chunk.shape != (rows, nao, nao):
+            chunk = self._jk_cast = np.empty((rows, nao, nao), dtype)
+        terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
+        zs = [np.empty((p, ct.shape[0], nao), dtype) for ct, _ in terms]
+        dm_flat = np.asarray(dm, dtype=dtype).ravel() if with_j and not terms else None
+        vj = np.zeros(nao * nao, dtype) if with_j else None
+        for r0 in range(0, p, rows):
+            r1 = min(p, r0 + rows)
+            b = chunk[: r1 - r0]
+            np.copyto(b, src[r0:r1], casting="same_kind")
+            rho = np.zeros(r1 - r0, dtype)
+            for (ct, sign), z in zip(terms, zs):
+                np.matmul(ct, b, out=z[r0:r1])
+                if with_j:   # ρ_P = Σ_μν B_P,μν D_μν = Σ_iν Z[P, i, ν] C_νi: nearly free from Z
+                    rho += dtype.type(sign) * (z[r0:r1].reshape(r1 - r0, -1) @ ct.ravel())
+            if with_j:
+                flat = b.reshape(r1 - r0, nao * nao)
+                if dm_flat is not None:   # no Z to reuse
+                    rho = flat @ dm_flat
+                vj += rho @ flat
+        vk = None
+        for (ct, sign), z in zip(terms, zs):
+            zz = z.reshape(-1, nao)
+            part = sign * (zz.T @ zz).astype(np.float64)      # NumPy calls syrk for a.T @ a
+            vk = part if vk is None else vk + part
+        if with_k and vk is None:
+            vk = np.zeros((nao, nao))
+        return (None if vj is None else vj.reshape(nao, nao).astype(np.float64)), vk
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         if isinstance(block, _Cast):
-            block = self._cast(block)
+            return self._jk_block_converted(block, factors, dm, with_j, with_k)
         p, nao, _ = block.shape
         vj = vk = None
         rho = np.zeros(p)
@@ -117,32 +149,25 @@ class CpuDevice(Device):
             if c.shape[1] == 0 or not with_k:
                 continue
             n = c.shape[1]
-            c = np.asarray(c, dtype=block.dtype)
-            if block.dtype == np.float64:
-                # X[P, μ, i] = Σ_ν B_P,μν C_νi as ONE tall GEMM, then Y[μ, (P, i)] (a copy of nao·p·n,
-                # small next to B) so that K = Y Yᵀ is one syrk (measured: 10-15 % faster than below in fp64).
-                # X and Y live in buffers kept between builds: fresh arrays this large are new pages from
-                # the OS at every block (measured: 13 ms per copy in an SCF against 6 ms reused).
-                x_buf, y_buf = self._jk_workspace(p * nao * n)
-                x = np.matmul(block.reshape(p * nao, nao), c, out=x_buf[: p * nao * n].reshape(p * nao, n))
-                x = x.reshape(p, nao, n)
-                y = y_buf[: p * nao * n].reshape(nao, p, n)
-                np.copyto(y, x.transpose(1, 0, 2))
-                y = y.reshape(nao, p * n)
-                k_part = (y @ y.T).astype(np.float64)         # NumPy calls syrk for a @ a.T
-                rho_part = x.reshape(p, nao * n) @ c.ravel() if with_j else 0.0   # one GEMV, not einsum
-            else:
-                # fp32: p GEMMs Cᵀ B_P (batched) give Z[(P, i), ν] directly (measured: 15 % faster here)
-                z = np.matmul(np.ascontiguousarray(c.T), block)
-                k_part = (z.reshape(p * n, nao).T @ z.reshape(p * n, nao)).astype(np.float64)
-                rho_part = (z.reshape(p, n * nao) @ np.ascontiguousarray(c.T).ravel()).astype(np.float64) if with_j else 0.0
+            # X[P, μ, i] = Σ_ν B_P,μν C_νi as ONE tall GEMM, then Y[μ, (P, i)] (a copy of nao·p·n, small
+            # next to B) so that K = Y Yᵀ is one syrk (measured: 10-15 % faster than p batched GEMMs in fp64).
+            # X and Y live in buffers kept between builds: fresh arrays this large are new pages from the OS
+            # at every block (measured: 13 ms per copy in an SCF against 6 ms reused).
+            x_buf, y_buf = self._jk_workspace(p * nao * n)
+            x = np.matmul(block.reshape(p * nao, nao), c, out=x_buf[: p * nao * n].reshape(p * nao, n))
+            x = x.reshape(p, nao, n)
+            y = y_buf[: p * nao * n].reshape(nao, p, n)
+            np.copyto(y, x.transpose(1, 0, 2))
+            y = y.reshape(nao, p * n)
+            k_part = y @ y.T                                  # NumPy calls syrk for a @ a.T
             vk = sign * k_part if vk is None else vk + sign * k_part
-            rho += sign * rho_part                            # ρ_P = Σ_μν B_P,μν D_μν from X, nearly free
+            if with_j:                                        # ρ_P = Σ_μν B_P,μν D_μν from X, nearly free
+                rho += sign * (x.reshape(p, nao * n) @ c.ravel())   # one GEMV, not einsum
         if with_j:
             flat = block.reshape(p, nao * nao)
             if not with_k:                                    # no X to reuse: one pass over the block
-                rho = flat @ np.asarray(dm, dtype=block.dtype).ravel()
-            vj = (np.asarray(rho, dtype=block.dtype) @ flat).reshape(nao, nao).astype(np.float64)  # Σ_P ρ_P B_P
+                rho = flat @ np.asarray(dm).ravel()
+            vj = (rho @ flat).reshape(nao, nao)               # Σ_P ρ_P B_P
         if with_k and vk is None:
             vk = np.zeros((nao, nao))
         return vj, vk
@@ -164,6 +189,11 @@ class CpuDevice(Device):
         The one GEMM of the pair step; subclasses that study other arithmetic override only this.
         """
         return x.T @ y
+
+
+#: the rows of a reduced-precision tensor block converted at a time: a few MB, so that they are still in
+#: cache when the GEMMs read them (Inosine/cc-pVDZ: 9 rows, Vitamin C/cc-pVTZ: 4)
+_CAST_CHUNK_BYTES = 4e6
 
 
 class _Cast:
