@@ -93,8 +93,9 @@ class DFIntegrals:
 
 def reused_buffer(ranges: list[tuple[int, int]], loc: np.ndarray, per_row: int) -> np.ndarray:
     """One fp64 buffer for the largest of ``ranges`` (shell ranges over ``loc``) at ``per_row`` elements a
-    function, faulted in once: a fresh array per block costs its first touch every time (Vitamin C/
-    cc-pVTZ, the MP2 step's integral blocks: 1.1-1.5 s in new arrays, 0.9 s in one reused buffer)."""
+    function, faulted in once: a fresh array per block costs its first touch every time (the MP2 step's
+    five integral blocks of Vitamin C/cc-pVTZ: 1.11–1.18 s in new arrays, 0.95–1.00 s in one reused buffer
+    made for them, ``python scripts/bench_scf_costs.py --only blocks``)."""
     rows = max((int(loc[b] - loc[a]) for a, b in ranges), default=0)
     return prefaulted_empty((rows * per_row,))
 

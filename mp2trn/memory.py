@@ -72,7 +72,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
 
 
-#: arrays smaller than this come from np.empty: their first touch costs little either way
+#: arrays smaller than this come from np.zeros: their first touch costs little either way
 _PREFAULT_MIN_BYTES = 64e6
 
 
@@ -82,9 +82,10 @@ def prefaulted_empty(shape: tuple[int, ...], dtype=np.float64) -> np.ndarray:
 
     Why: the first write to fresh memory is what a large array costs most on a virtual machine, and NumPy
     advises the kernel to back arrays ≥ 4 MB with 2 MB huge pages, which such a machine maps slowly. On
-    the 2-core machine of docs/benchmarks.md, filling a new 1.37 GB array (Inosine's SCF tensor) took
-    2.3–3.3 s with NumPy's huge pages and 0.3–0.6 s with 4 KB pages faulted in by two threads
-    (``python scripts/bench_scf_costs.py --only touch``). Elsewhere (no ``MADV_NOHUGEPAGE``, or a small
+    the 2-core machine of docs/benchmarks.md, filling a new 1.37 GB array (Inosine's SCF tensor) in a fresh
+    process took 2.3–3.1 s with NumPy's huge pages and 0.3–0.7 s with 4 KB pages faulted in by two threads;
+    2.12 GB (Vitamin C/cc-pVTZ): 3.5–4.7 s against 1.1–1.3 s (``python scripts/bench_scf_costs.py --only
+    touch``). Elsewhere (no ``MADV_NOHUGEPAGE``, or a small
     array) this is ``np.zeros``.
     """
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize

@@ -1,17 +1,21 @@
 #!/usr/bin/env python
 """What bounds the whole-run speed-up of issue 11 (docs/benchmarks.md, "Whole runs"), measured:
 
-    python scripts/bench_scf_costs.py                  # Inosine/cc-pVDZ, all four measurements
+    python scripts/bench_scf_costs.py                  # Inosine/cc-pVDZ, all five measurements
     python scripts/bench_scf_costs.py --only tensor touch
+    python scripts/bench_scf_costs.py --only blocks --xyz molecules/gpu4pyscf/organic/020_Vitamin_C.xyz --basis cc-pvtz
 
 1. ``tensor``  the SCF's 3-index tensor: mp2trn's direct build (``df.cholesky_tensor``) against PySCF's
                ``cholesky_eri`` plus the unpack the J/K builds need (two rounds, the second warm);
 2. ``touch``   this machine's cost of touching fresh memory: filling a new array the size of the tensor,
                NumPy's against ``mp2trn.memory.prefaulted_empty``'s (a VM backs new guest pages on
                first touch, slowly for huge pages);
-3. ``rank``    the rank of ΔD = D_k − D_ref over PySCF's fp64 SCF (eigenvalues above 1e-6 / 1e-8 of
+3. ``blocks``  the MP2 step's 3-index integral blocks (RI basis, packed, ≤ 256 MB each) computed into a new
+               array per block, as PySCF's ``intor`` makes them, against one reused buffer
+               (``mp2trn.df.reused_buffer``, what ``DFIntegrals.ao_blocks`` does);
+4. ``rank``    the rank of ΔD = D_k − D_ref over PySCF's fp64 SCF (eigenvalues above 1e-6 / 1e-8 of
                |ΔD|): why incremental fp32 ΔK builds cost as much as fp64 K builds on a CPU;
-4. ``guess``   SCF cycles of PySCF's DF-RHF from each initial guess (minao is the default).
+5. ``guess``   SCF cycles of PySCF's DF-RHF from each initial guess (minao is the default).
 
 A benchmark: it prints measurements and asserts nothing.
 """
@@ -19,13 +23,15 @@ A benchmark: it prints measurements and asserts nothing.
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from pyscf import df, lib, scf
 
-from mp2trn.df import cholesky_tensor
+from mp2trn.df import _shell_ranges, build_df, cholesky_tensor, reused_buffer
 from mp2trn.machine import machine_description
 from mp2trn.memory import prefaulted_empty
 from mp2trn.molecule import build_mole
@@ -50,22 +56,54 @@ def tensor(mol) -> None:
               f"mp2trn cholesky_tensor {t4 - t3:.2f} s (naux {auxmol.nao_nr()}, nao {mol.nao_nr()})")
 
 
-def touch(mol) -> None:
+#: the ways of making a new array that ``touch`` compares
+_MAKERS = {"np.empty": np.empty, "prefaulted_empty": prefaulted_empty}
+
+
+def touch(mol, rounds: int = 3) -> None:
     """Fill a new array the size of the tensor: NumPy's (huge pages advised) against
-    :func:`mp2trn.memory.prefaulted_empty` (small pages, faulted in by one thread per core), twice each in
-    turn, with a pause between for the freed pages to be handed back to the host."""
+    :func:`mp2trn.memory.prefaulted_empty` (small pages, faulted in by one thread per core). Each fill runs
+    in a fresh process after a 5 s pause, the two ways taking turns and swapping the lead every round, so
+    that neither inherits the other's freshly freed (still backed) memory more often."""
     naux = df.addons.make_auxmol(mol, df.make_auxbasis(mol)).nao_nr()
     shape = (naux, mol.nao_nr(), mol.nao_nr())
     gb = np.prod(shape) * 8 / 1e9
-    makers = {"np.empty": np.empty, "prefaulted_empty": prefaulted_empty}
-    for rnd in (1, 2):
-        for label, make in makers.items():
+    labels = list(_MAKERS)
+    for rnd in range(rounds):
+        for label in labels if rnd % 2 == 0 else labels[::-1]:
             time.sleep(5)
-            t0 = time.perf_counter()
-            a = make(shape)
-            a[...] = 1.0
-            print(f"touch round {rnd}: {label} of {gb:.2f} GB, then filled: {time.perf_counter() - t0:.2f} s")
-            del a
+            out = subprocess.run([sys.executable, __file__, "--fill", label, *map(str, shape)], check=True,
+                                 capture_output=True, text=True).stdout.strip()
+            print(f"touch round {rnd + 1}: {label} of {gb:.2f} GB in a fresh process, then filled: {out} s")
+
+
+def _fill(label: str, shape: tuple[int, ...]) -> None:
+    t0 = time.perf_counter()
+    a = _MAKERS[label](shape)
+    a[...] = 1.0
+    print(f"{time.perf_counter() - t0:.2f}")
+
+
+def blocks(mol) -> None:
+    """Seconds for all MP2 integral blocks, new arrays against one reused buffer (two turns each)."""
+    dfi = build_df(mol)
+    pmol, nbas, loc = mol + dfi.auxmol, mol.nbas, dfi.auxmol.ao_loc_nr()
+    npair = mol.nao_nr() * (mol.nao_nr() + 1) // 2
+    ranges = list(_shell_ranges(loc, max(1, int(256e6 // (8 * npair)))))
+
+    def compute(out_for):
+        t0 = time.perf_counter()
+        buf = out_for(ranges)
+        for s0, s1 in ranges:
+            pmol.intor("int3c2e", aosym="s2ij", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1), out=buf)
+        return time.perf_counter() - t0
+
+    ways = {"a new array per block": lambda r: None,
+            "one reused buffer (made and faulted in here)": lambda r: reused_buffer(r, loc, npair)}
+    for rnd in (1, 2):
+        for label, out_for in ways.items():
+            time.sleep(3)
+            print(f"blocks round {rnd}: {len(ranges)} blocks of (P|μν), {label}: {compute(out_for):.2f} s")
 
 
 def rank(mol) -> None:
@@ -96,9 +134,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
     ap.add_argument("--basis", default="cc-pvdz")
-    ap.add_argument("--only", nargs="+", default=["tensor", "touch", "rank", "guess"],
-                    choices=["tensor", "touch", "rank", "guess"])
+    ap.add_argument("--only", nargs="+", default=["tensor", "touch", "blocks", "rank", "guess"],
+                    choices=["tensor", "touch", "blocks", "rank", "guess"])
+    ap.add_argument("--fill", nargs="+", help=argparse.SUPPRESS)   # touch's child process: LABEL N1 N2 N3
     args = ap.parse_args()
+    if args.fill:
+        _fill(args.fill[0], tuple(int(n) for n in args.fill[1:]))
+        return
     mol = build_mole(args.xyz, basis=args.basis)
     print(f"{Path(args.xyz).stem}/{args.basis}; {machine_description()}")
     for what in args.only:

@@ -93,8 +93,8 @@ class CpuDevice(Device):
     def jk_tensor(self, block, dtype):
         # fp64: the host block itself. Reduced: converted at every build, a few rows at a time into a small
         # reused buffer (_jk_block_converted), not kept as a second copy of the tensor: fresh pages are
-        # slow to touch on this kind of machine (Inosine/cc-pVDZ: fp32 copies of the 1.4 GB tensor 0.7-1.7 s,
-        # converting its blocks 0.05-0.08 s per build; scripts/bench_jk.py --cast)
+        # slow to touch on this kind of machine (Inosine/cc-pVDZ: an fp32 copy of the 1.4 GB tensor 0.7-1.7 s
+        # once, against ~7 fp32 builds of 0.28 s converting as they go; scripts/bench_jk.py --cast)
         return block if dtype == np.float64 else _Cast(block, np.dtype(dtype))
 
     def _jk_block_converted(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
@@ -103,8 +103,8 @@ class CpuDevice(Device):
 
         Per chunk of rows P: Z[P, i, ν] = (Cᵀ B_P)[i, ν] for each factor (one batched GEMM), ρ_P from Z,
         and J += Σ_P ρ_P B_P; then K = Zᵀ Z per factor over the whole block (one syrk). Converting whole
-        256-row blocks before the GEMMs cost 0.37 s per build on Vitamin C/cc-pVTZ against 0.30 s so
-        (``python scripts/bench_jk.py --cast``).
+        256-row blocks before the GEMMs cost 0.361 s per build on Vitamin C/cc-pVTZ against 0.333 s so,
+        0.296 s against 0.277 s on Inosine/cc-pVDZ (``python scripts/bench_jk.py --cast``).
         """
         src, dtype = handle.block, handle.dtype
         p, nao, _ = src.shape
