@@ -9,9 +9,9 @@ replaces the density-fitting object's ``get_jk`` so that every J/K build runs on
 
 The tensor goes to the device once per SCF (blocked over the auxiliary index, kept there when it fits
 the memory budget, else streamed from PySCF's tensor at every build). Mixed precision
-(:class:`PrecisionSchedule`): builds start in the reduced precision and switch to fp64 when the energy
-change per cycle falls below a threshold; the SCF is never declared converged before the switch, so the
-converged energy is that of fp64 builds. Every build's precision and time are recorded.
+(:class:`PrecisionSchedule`): builds start in the reduced precision and switch to fp64 when the orbital
+gradient falls below a threshold or stops falling; the SCF is never declared converged before the switch,
+so the converged energy is that of fp64 builds. Every build's precision and time are recorded.
 
     mf = scf.RHF(mol).density_fit()
     mp2trn.density_fit_jk(mf, device="cpu", precision="fp32").run()
@@ -42,21 +42,28 @@ _EIG_CUTOFF = 1e-12
 
 @dataclass
 class PrecisionSchedule:
-    """The precision of each J/K build: ``start`` until |ΔE| per cycle < ``switch_rel``·|E|, then fp64.
+    """The precision of each J/K build: ``start`` until the orbital gradient says the reduced precision
+    has done what it can, then fp64.
 
-    Raising the precision as |ΔE/E| falls follows the adaptive-precision scheme of Huang, Shao and Hammond
-    (arXiv 2601.08077, whose lowest rung switches at 2e-6). With fp32 as the only reduced level one switch
-    suffices, and a later one pays: on Inosine/cc-pVDZ 1e-8 gives 11 fp32 + 7 fp64 cycles against 6 + 11
-    at 2e-6 (`scripts/bench_scf_jk.py --sweep`). Below its noise floor an fp32 SCF stops improving (1e-9
-    never got there on Inosine), so after ``max_reduced`` reduced cycles the switch happens anyway.
+    Raising the precision as the SCF converges follows the adaptive-precision scheme of Huang, Shao and
+    Hammond (arXiv 2601.08077), who switch on |ΔE/E|. Here the switch watches the orbital gradient (the
+    norm PySCF reports, ``norm_gorb``) instead: an fp32 SCF follows the fp64 one's gradient cycle for cycle
+    down to a few 1e-4 on Inosine/cc-pVDZ, while its energy already jitters by ~1e-5 Eh, so an energy rule
+    switched after 7 of those cycles and left 10 to fp64 (`python scripts/bench_scf_jk.py --trace`). The
+    switch comes when the gradient norm falls below ``switch_grad``, when it stops falling (above
+    ``stall_ratio`` of the previous cycle's after ``min_reduced`` reduced cycles: the noise floor), or after
+    ``max_reduced`` reduced cycles. ``switch_rel`` > 0 adds the energy rule |ΔE| < switch_rel·|E|.
     """
 
     start: Precision
     final: Precision = field(default_factory=lambda: get_precision("fp64"))
-    switch_rel: float = 1e-8
+    switch_grad: float = 3e-4
+    stall_ratio: float = 0.7
+    switch_rel: float = 0.0
     max_reduced: int = 15
     min_reduced: int = 4
     current: Precision | None = None
+    last_grad: float | None = None
 
     def __post_init__(self) -> None:
         self.current = self.start
@@ -65,15 +72,17 @@ class PrecisionSchedule:
     def reduced(self) -> bool:
         return self.current.name != self.final.name
 
-    def update(self, e_tot: float, e_last: float, reduced_cycles: int) -> None:
-        """After a cycle: switch to the final precision once the energy change is small enough, or once
-        the energy rises after the first ``min_reduced`` cycles (the reduced precision's noise floor: an
-        fp32 SCF on Inosine/cc-pVDZ wanders by ±5e-5 Eh there instead of settling)."""
+    def update(self, e_tot: float, e_last: float, reduced_cycles: int, grad: float) -> None:
+        """After a reduced-precision cycle with energy ``e_tot`` (previous ``e_last``) and orbital-gradient
+        norm ``grad``: switch to the final precision when one of the rules above says so."""
         if not self.reduced:
             return
-        small = abs(e_tot - e_last) < self.switch_rel * abs(e_tot)
-        noise_floor = reduced_cycles >= self.min_reduced and e_tot > e_last
-        if small or noise_floor or reduced_cycles >= self.max_reduced:
+        small = grad < self.switch_grad
+        stalled = (reduced_cycles >= self.min_reduced and self.last_grad is not None
+                   and grad > self.stall_ratio * self.last_grad)
+        small_energy = abs(e_tot - e_last) < self.switch_rel * abs(e_tot)
+        self.last_grad = grad
+        if small or stalled or small_energy or reduced_cycles >= self.max_reduced:
             self.current = self.final
 
 
@@ -216,7 +225,7 @@ class DeviceJK(df.DF):
         self.cycles.append(self._label(self.schedule.current))
         reduced_cycles = sum(1 for c in self.cycles if not c.startswith(self.schedule.final.name))
         if self.schedule.reduced:
-            self.schedule.update(envs["e_tot"], envs["last_hf_e"], reduced_cycles)
+            self.schedule.update(envs["e_tot"], envs["last_hf_e"], reduced_cycles, grad)
             return False
         self._converged = de < envs["conv_tol"] and grad < envs["conv_tol_grad"]
         return self._converged

@@ -1,13 +1,16 @@
 """Where an SCF with device J/K spends its time, and what the mixed-precision switch point changes.
 
     python scripts/bench_scf_jk.py                       # Inosine/cc-pVDZ, cpu
+    python scripts/bench_scf_jk.py --trace               # ΔE and gradient per cycle, fp64 and mixed
     python scripts/bench_scf_jk.py --sweep 2e-6 1e-8 1e-9 1e-10
     python scripts/bench_scf_jk.py --grad-sweep 1e-3 1e-4 --reset-diis
 
 Prints the time of PySCF's own 3-index (Cholesky) tensor build, then for an fp64 SCF with device J/K:
 the first J/K build (which moves the tensor to the device), the median of the later builds, the number of
-builds and the SCF wall time. With ``--sweep``, fp32 (mixed) SCFs with each switch threshold (|ΔE| per
-cycle below threshold·|E|): cycles in fp32 and in fp64, SCF time, and the energy. With ``--grad-sweep``, fp32
+builds and the SCF wall time. With ``--trace`` instead, an fp64 and a mixed SCF (the default switch
+rules) cycle by cycle: precision, ΔE and the orbital-gradient norm. With ``--sweep``, fp32 (mixed) SCFs
+that switch on the energy alone (|ΔE| per cycle below threshold·|E|): cycles in fp32 and in fp64, SCF time,
+and the energy. With ``--grad-sweep``, fp32
 SCFs that switch on the orbital gradient instead (norm of PySCF's ``norm_gorb`` below the threshold; the
 energy rules off, at most 40 fp32 cycles), optionally clearing the DIIS history at the switch; prints the
 last fp32 gradients too. A benchmark: it prints measurements and asserts nothing.
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from pyscf import scf
 
-from mp2trn.jk import density_fit_jk
+from mp2trn.jk import density_fit_jk, precision_runs
 from mp2trn.machine import machine_description
 from mp2trn.memory import default_memory_mb
 from mp2trn.molecule import build_mole
@@ -38,8 +41,9 @@ def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | Non
     mf.with_df.build()
     t_tensor = time.perf_counter() - t0
     mf = density_fit_jk(mf, device=device, precision=precision, max_memory=default_memory_mb())
-    if switch_rel is not None:
-        mf.with_df.schedule.switch_rel = switch_rel
+    if switch_rel is not None:   # the energy rule alone
+        sched = mf.with_df.schedule
+        sched.switch_rel, sched.switch_grad, sched.min_reduced = switch_rel, 0.0, 10**9
     if grad_switch is not None:
         _switch_on_gradient(mf, grad_switch, reset_diis)
     t0 = time.perf_counter()
@@ -48,10 +52,10 @@ def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | Non
 
 
 def _switch_on_gradient(mf, threshold: float, reset_diis: bool) -> None:
-    """Replace the energy rules of the precision switch by a gradient rule (for this experiment only)."""
+    """Replace the rules of the precision switch by a bare gradient threshold (for this experiment only)."""
     jk = mf.with_df
     sched = jk.schedule
-    sched.switch_rel, sched.max_reduced, sched.min_reduced = 0.0, 40, 10**9
+    sched.switch_rel, sched.switch_grad, sched.max_reduced, sched.min_reduced = 0.0, 0.0, 40, 10**9
     hook = jk.check_convergence
     jk.gradients = []
 
@@ -70,17 +74,39 @@ def _switch_on_gradient(mf, threshold: float, reset_diis: bool) -> None:
     mf.check_convergence = check
 
 
+def trace(mol, device: str) -> None:
+    """Per cycle of an fp64 and a mixed (fp32, default switch rules) SCF: precision, ΔE and gradient norm."""
+    for precision in ("fp64", "fp32"):
+        mf = density_fit_jk(scf.RHF(mol).density_fit(), device=device, precision=precision,
+                            max_memory=default_memory_mb())
+        mf.verbose, mf.conv_tol, mf.max_memory = 0, 1e-10, default_memory_mb()
+        rows = []
+        mf.callback = lambda env: rows.append((env["cycle"], env["e_tot"] - env["last_hf_e"], env["norm_gorb"]))
+        t0 = time.perf_counter()
+        mf.kernel()
+        t = time.perf_counter() - t0
+        print(f"\n{precision} SCF: {t:.1f} s, cycles {precision_runs(mf.with_df.cycles)}, E = {mf.e_tot:.10f}")
+        print("| cycle | precision | ΔE (Eh) | gradient norm |\n|---:|---|---:|---:|")
+        for (cycle, de, g), label in zip(rows, mf.with_df.cycles):
+            print(f"| {cycle} | {label} | {de:+.2e} | {g:.2e} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--sweep", nargs="*", type=float, default=[], help="switch thresholds for fp32 SCFs")
+    ap.add_argument("--trace", action="store_true", help="only: ΔE and gradient per cycle, fp64 and mixed SCF")
+    ap.add_argument("--sweep", nargs="*", type=float, default=[],
+                    help="energy switch thresholds for fp32 SCFs (the energy rule alone)")
     ap.add_argument("--grad-sweep", nargs="*", type=float, default=[], help="orbital-gradient switch thresholds")
     ap.add_argument("--reset-diis", action="store_true", help="with --grad-sweep: clear DIIS at the switch")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     print(f"{Path(args.xyz).stem}/{args.basis}, device {args.device}; {machine_description()}")
+    if args.trace:
+        trace(mol, args.device)
+        return
     mf, t_tensor, t_scf = scf_with_device_jk(mol, "fp64", args.device)
     builds = [b["seconds"] for b in mf.with_df.builds]
     print(f"PySCF 3-index tensor build: {t_tensor:.2f} s")

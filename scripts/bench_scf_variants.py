@@ -169,7 +169,7 @@ def _gradient_switch(mf, threshold: float) -> list:
     """Switch on the orbital gradient alone; returns the list the reduced cycles' gradients go to."""
     jk = mf.with_df
     sched = jk.schedule
-    sched.switch_rel, sched.max_reduced, sched.min_reduced = 0.0, 40, 10**9
+    sched.switch_rel, sched.switch_grad, sched.max_reduced, sched.min_reduced = 0.0, 0.0, 40, 10**9
     hook, gradients = jk.check_convergence, []
 
     def check(envs):
@@ -199,7 +199,7 @@ def fp64_coulomb(mol, grads: list[float], repeat: int) -> None:
     print(BUILDS_HEADER)
     best: dict = {}
     for _ in range(repeat):
-        _default_mixed(best, mol, "default mixed (fp32 J and K, energy rule)")
+        _default_mixed(best, mol, "default mixed (fp32 J and K, default switch rules)")
         original = _with_fp64_coulomb()
         try:
             for g in grads:
