@@ -47,9 +47,10 @@ class PrecisionSchedule:
 
     Raising the precision as the SCF converges follows the adaptive-precision scheme of Huang, Shao and
     Hammond (arXiv 2601.08077), who switch on |ΔE/E|. Here the switch watches the orbital gradient (the
-    norm PySCF reports, ``norm_gorb``) instead: an fp32 SCF follows the fp64 one's gradient cycle for cycle
-    down to a few 1e-4 on Inosine/cc-pVDZ, while its energy already jitters by ~1e-5 Eh, so an energy rule
-    switched after 7 of those cycles and left 10 to fp64 (`python scripts/bench_scf_jk.py --trace`). The
+    norm PySCF reports, ``norm_gorb``) instead: on Inosine/cc-pVDZ an fp32 SCF follows the fp64 one's
+    gradient cycle for cycle down to ~1e-3 and keeps it falling to ~3e-4, while its energy already jitters
+    by ~1e-5 Eh, so an energy rule switched after 7 fp32 cycles and left 10 to fp64, where this one runs 12
+    and 7 (`python scripts/bench_scf_jk.py --trace`). The
     switch comes when the gradient norm falls below ``switch_grad``, when it stops falling (above
     ``stall_ratio`` of the previous cycle's after ``min_reduced`` reduced cycles: the noise floor), or after
     ``max_reduced`` reduced cycles. ``switch_rel`` > 0 adds the energy rule |ΔE| < switch_rel·|E|.
