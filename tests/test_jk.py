@@ -223,3 +223,43 @@ def test_no_confirming_cycle_and_pyscfs_orbitals(name):
     mf = mp2trn.scf.run_scf(build_mole(molecule_path(name)), mp2trn.scf.ScfOptions(conv_tol=1e-10))
     assert np.abs(np.asarray(mf.mo_energy) - np.asarray(ref.mo_energy)).max() < 1e-9
     assert abs(mf.e_tot - ref.e_tot) < 1e-10 and abs(res.e_hf - ref.e_tot) < 1e-10
+
+
+def _schedule():
+    from mp2trn.jk import PrecisionSchedule
+    from mp2trn.precision import get_precision
+
+    return PrecisionSchedule(get_precision("fp32"))
+
+
+def _after_cycles(sched, grads, energies=None):
+    """Feed the schedule reduced cycles with these gradient norms; return the cycle after which it switched."""
+    energies = energies or [-100.0 - k for k in range(len(grads))]   # falling: no energy signal
+    for k, g in enumerate(grads):
+        sched.update(energies[k], energies[k - 1] if k else 0.0, k + 1, g)
+        if not sched.reduced:
+            return k + 1
+    return None
+
+
+def test_mixed_schedule_switches_below_the_gradient_threshold():
+    assert _after_cycles(_schedule(), [1.0, 0.3, 0.1, 3e-2, 1e-2, 3e-3, 1e-3, 5e-4, 2.9e-4, 1e-4]) == 9
+
+
+def test_mixed_schedule_switches_when_the_gradient_stalls_but_not_in_the_first_cycles():
+    # cycle 2 barely falls (0.95x) but comes before min_reduced; cycle 7 (0.9x) is the noise floor
+    assert _after_cycles(_schedule(), [1.6, 1.5, 0.3, 0.1, 2e-2, 8e-3, 7.2e-3, 1e-3]) == 7
+
+
+def test_mixed_schedule_ignores_fp32_energy_jitter_and_stops_after_max_reduced():
+    sched = _schedule()
+    jitter = [-100.0 + (1e-5 if k % 2 else -1e-5) for k in range(20)]   # the energy rises every other cycle
+    grads = [0.5 ** k for k in range(20)]                              # falling 2x a cycle, never below 3e-4 in 11
+    assert _after_cycles(sched, grads[:11], jitter[:11]) is None
+    assert _after_cycles(_schedule(), [1.0] + [0.69 ** k for k in range(1, 20)]) == sched.max_reduced
+
+
+def test_mixed_schedule_energy_rule_when_asked():
+    sched = _schedule()
+    sched.switch_rel = 1e-8
+    assert _after_cycles(sched, [1.0, 0.5, 0.25], [-100.0, -100.5, -100.5 - 1e-7]) == 3
