@@ -50,8 +50,9 @@ class PrecisionSchedule:
     norm PySCF reports, ``norm_gorb``) instead: on Inosine/cc-pVDZ an fp32 SCF follows the fp64 one's
     gradient cycle for cycle down to ~1e-3 and keeps it falling to ~3e-4, while its energy already jitters
     by ~1e-5 Eh, so an energy rule switched after 7 fp32 cycles and left 10 to fp64, where this one runs 12
-    and 7 (`python scripts/bench_scf_jk.py --trace`). The
-    switch comes when the gradient norm falls below ``switch_grad``, when it stops falling (above
+    and 7 (`python scripts/bench_scf_jk.py --trace`).
+
+    The switch comes when the gradient norm falls below ``switch_grad``, when it stops falling (above
     ``stall_ratio`` of the previous cycle's after ``min_reduced`` reduced cycles: the noise floor), or after
     ``max_reduced`` reduced cycles. ``switch_rel`` > 0 adds the energy rule |ΔE| < switch_rel·|E|.
     """

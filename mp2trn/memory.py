@@ -85,8 +85,7 @@ def prefaulted_empty(shape: tuple[int, ...], dtype=np.float64) -> np.ndarray:
     the 2-core machine of docs/benchmarks.md, filling a new 1.37 GB array (Inosine's SCF tensor) in a fresh
     process took 2.3–3.1 s with NumPy's huge pages and 0.3–0.7 s with 4 KB pages faulted in by two threads;
     2.12 GB (Vitamin C/cc-pVTZ): 3.5–4.7 s against 1.1–1.3 s (``python scripts/bench_scf_costs.py --only
-    touch``). Elsewhere (no ``MADV_NOHUGEPAGE``, or a small
-    array) this is ``np.zeros``.
+    touch``). Elsewhere (no ``MADV_NOHUGEPAGE``, or a small array) this is ``np.zeros``.
     """
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     if nbytes < _PREFAULT_MIN_BYTES or not hasattr(mmap, "MADV_NOHUGEPAGE"):
