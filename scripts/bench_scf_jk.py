@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pyscf import scf
 
-from mp2trn.jk import density_fit_jk, precision_runs
+from mp2trn.jk import PrecisionSchedule, density_fit_jk, precision_runs
 from mp2trn.machine import machine_description
 from mp2trn.memory import default_memory_mb
 from mp2trn.molecule import build_mole
@@ -52,26 +52,21 @@ def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | Non
 
 
 def _switch_on_gradient(mf, threshold: float, reset_diis: bool) -> None:
-    """Replace the rules of the precision switch by a bare gradient threshold (for this experiment only)."""
+    """The precision switch on a bare gradient threshold (no stall rule, at most 40 fp32 cycles); the fp32
+    cycles' gradient norms go to ``mf.with_df.gradients``; ``reset_diis`` clears DIIS at the switch."""
     jk = mf.with_df
-    sched = jk.schedule
-    sched.switch_rel, sched.switch_grad, sched.max_reduced, sched.min_reduced = 0.0, 0.0, 40, 10**9
-    hook = jk.check_convergence
+    jk.schedule = PrecisionSchedule(jk.schedule.start, switch_grad=threshold, min_reduced=10**9, max_reduced=40)
     jk.gradients = []
 
-    def check(envs):
-        reduced = sched.reduced
-        if reduced:
-            jk.gradients.append(envs["norm_gorb"])
-            if envs["norm_gorb"] < threshold:
-                sched.current = sched.final
-        done = hook(envs)
-        if reset_diis and reduced and not sched.reduced and envs.get("mf_diis") is not None:
+    def after_cycle(envs):   # PySCF calls it after check_convergence, where the schedule switched
+        if not jk.cycles[-1].startswith(jk.schedule.start.name):
+            return
+        jk.gradients.append(envs["norm_gorb"])
+        if reset_diis and not jk.schedule.reduced and envs.get("mf_diis") is not None:
             d = envs["mf_diis"]   # PySCF's DIIS has no public reset: clear its history
             d._buffer, d._bookkeep, d._head, d._H, d._xprev = {}, [], 0, None, None
-        return done
 
-    mf.check_convergence = check
+    mf.callback = after_cycle
 
 
 def trace(mol, device: str) -> None:

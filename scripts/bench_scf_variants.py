@@ -30,6 +30,7 @@ A benchmark: it prints measurements and asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -39,7 +40,7 @@ from pyscf.scf import diis as scf_diis
 
 from mp2trn import jk as jk_module
 from mp2trn.benchmark import END_TO_END
-from mp2trn.jk import density_fit_jk, precision_runs
+from mp2trn.jk import PrecisionSchedule, density_fit_jk, precision_runs
 from mp2trn.machine import machine_description
 from mp2trn.memory import default_memory_mb
 from mp2trn.molecule import build_mole
@@ -74,9 +75,19 @@ def diis_variants(mol) -> None:
         print(f"| {label} | {mf.cycles} | {t:.1f} | {mf.converged} | {mf.e_tot:.10f} |", flush=True)
 
 
-def _with_fp64_coulomb():
-    """Patch DeviceJK.get_jk: in reduced-precision builds J comes from the fp64 host tensor."""
+@contextlib.contextmanager
+def _patched_get_jk(make):
+    """Inside the block DeviceJK.get_jk is ``make(original get_jk)``."""
     original = jk_module.DeviceJK.get_jk
+    jk_module.DeviceJK.get_jk = make(original)
+    try:
+        yield
+    finally:
+        jk_module.DeviceJK.get_jk = original
+
+
+def _fp64_coulomb_get_jk(original):
+    """get_jk whose reduced-precision builds take J from the fp64 host tensor."""
 
     def get_jk(self, dm, hermi=1, with_j=True, with_k=True, *args, **kwargs):
         reduced = self.schedule.reduced
@@ -89,8 +100,7 @@ def _with_fp64_coulomb():
             self.builds[-1]["seconds"] += time.perf_counter() - t0
         return vj, vk
 
-    jk_module.DeviceJK.get_jk = get_jk
-    return original
+    return get_jk
 
 
 #: the table the build-level variants print
@@ -104,9 +114,8 @@ def _default_mixed(best: dict, mol, label: str) -> None:
     _keep(best, label, mf, _run(mf), None)
 
 
-def _with_incremental():
-    """Patch DeviceJK.get_jk: after the switch, one fp64 reference build, then fp32 builds on ΔD (RHF)."""
-    original = jk_module.DeviceJK.get_jk
+def _incremental_get_jk(original):
+    """get_jk that, after the switch, makes one fp64 reference build, then fp32 builds on ΔD (RHF)."""
 
     def get_jk(self, dm, hermi=1, with_j=True, with_k=True, *args, **kwargs):
         if self.schedule.reduced or not (with_j and with_k):
@@ -144,8 +153,7 @@ def _with_incremental():
         self.builds.append({"precision": "fp32 on ΔD", "seconds": time.perf_counter() - t0})
         return vj.reshape(np.shape(dm)), vk.reshape(np.shape(dm))
 
-    jk_module.DeviceJK.get_jk = get_jk
-    return original
+    return get_jk
 
 
 def incremental(mol, repeat: int) -> None:
@@ -154,12 +162,9 @@ def incremental(mol, repeat: int) -> None:
     best: dict = {}
     for _ in range(repeat):
         _default_mixed(best, mol, "default mixed (fp32, then fp64)")
-        original = _with_incremental()
-        try:
+        with _patched_get_jk(_incremental_get_jk):
             mf = _scf(mol, "fp32")
             _keep(best, "fp32, then fp64 reference + fp32 on ΔD", mf, _run(mf), None)
-        finally:
-            jk_module.DeviceJK.get_jk = original
     for label, (seconds, mf, _) in best.items():
         _report(label, mf, seconds)
         print(f"|  | builds: {precision_runs([b['precision'] for b in mf.with_df.builds])} | | | | | |")
@@ -168,18 +173,10 @@ def incremental(mol, repeat: int) -> None:
 def _gradient_switch(mf, threshold: float) -> list:
     """Switch on the orbital gradient alone; returns the list the reduced cycles' gradients go to."""
     jk = mf.with_df
-    sched = jk.schedule
-    sched.switch_rel, sched.switch_grad, sched.max_reduced, sched.min_reduced = 0.0, 0.0, 40, 10**9
-    hook, gradients = jk.check_convergence, []
-
-    def check(envs):
-        if sched.reduced:
-            gradients.append(envs["norm_gorb"])
-            if envs["norm_gorb"] < threshold:
-                sched.current = sched.final
-        return hook(envs)
-
-    mf.check_convergence = check
+    jk.schedule = PrecisionSchedule(jk.schedule.start, switch_grad=threshold, min_reduced=10**9, max_reduced=40)
+    gradients: list = []
+    mf.callback = lambda envs: gradients.append(envs["norm_gorb"]) \
+        if jk.cycles[-1].startswith(jk.schedule.start.name) else None
     return gradients
 
 
@@ -200,14 +197,11 @@ def fp64_coulomb(mol, grads: list[float], repeat: int) -> None:
     best: dict = {}
     for _ in range(repeat):
         _default_mixed(best, mol, "default mixed (fp32 J and K, default switch rules)")
-        original = _with_fp64_coulomb()
-        try:
+        with _patched_get_jk(_fp64_coulomb_get_jk):
             for g in grads:
                 mf = _scf(mol, "fp32")
                 gradients = _gradient_switch(mf, g)
                 _keep(best, f"fp32 K + fp64 J, switch at abs(g) < {g:g}", mf, _run(mf), gradients)
-        finally:
-            jk_module.DeviceJK.get_jk = original
     for label, (seconds, mf, gradients) in best.items():
         _report(label, mf, seconds)
         if gradients:
