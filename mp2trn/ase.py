@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import InputError
+from .methods import get_method
 from .molecule import geometry_of_atoms, read_molecule_file, require_ase
 from .options import RunOptions
 
@@ -28,9 +29,9 @@ except ImportError:  # the class still exists without ASE; making one says what 
 
 
 class MP2Calculator(_CalculatorBase):
-    """ASE calculator: DF-MP2 (or SCS-MP2, HF) energy of the atoms through :func:`mp2trn.run`.
+    """ASE calculator: DF-MP2 (or any method of :mod:`mp2trn.methods`, or HF) energy through :func:`mp2trn.run`.
 
-    Parameters: ``method`` ("mp2", "scs-mp2", "hf"), ``charge``, ``multiplicity`` and every field of
+    Parameters: ``method`` ("mp2", "scs-mp2", "sos-mp2", a double hybrid, "hf"), ``charge``, ``multiplicity`` and every field of
     :class:`~mp2trn.options.RunOptions` (``basis``, ``auxbasis``, ``device``, ``precision``, ``frozen``,
     ``max_memory``, ``target``, ...). ``self.result`` is the last MP2Result (Hartree).
     """
@@ -56,8 +57,8 @@ class MP2Calculator(_CalculatorBase):
         super().calculate(atoms, properties, system_changes if system_changes is not None else all_changes)
         params = dict(self.parameters)
         method = str(params.pop("method", "mp2")).lower()
-        if method not in ("mp2", "scs-mp2", "hf", "scf"):
-            raise InputError(f"MP2Calculator: method {method!r} is not available: mp2, scs-mp2, hf")
+        if method not in ("hf", "scf"):
+            params["method"] = get_method(method).name   # unknown names: an InputError listing the known ones
         geometry = geometry_of_atoms(self.atoms, params.pop("charge", None), params.pop("multiplicity", None))
         options = RunOptions.build(None, **{k: v for k, v in params.items() if k in RunOptions.__dataclass_fields__})
         if method in ("hf", "scf"):
@@ -65,7 +66,7 @@ class MP2Calculator(_CalculatorBase):
             self.result = None
         else:
             self.result = run(geometry, options)
-            energy = self.result.e_scs if method == "scs-mp2" else self.result.e_tot
+            energy = self.result.e_tot   # the method's total energy
         self.results["energy"] = self.results["free_energy"] = energy * Hartree
 
 

@@ -18,6 +18,7 @@ import scipy.linalg
 from pyscf import df, gto, lib
 from scipy.linalg import blas as scipy_blas
 
+from .basis import default_fitting
 from .errors import InputError, NumericalError
 from .memory import prefaulted_empty
 from .threads import one_blas_pool
@@ -33,17 +34,25 @@ def quiet_pyscf():
 
 
 def resolve_auxbasis(mol: gto.Mole, auxbasis: str | dict | None) -> str | dict:
-    """The MP2-fit aux basis: the one given, else PySCF's RI partner of the orbital basis."""
-    if auxbasis:
-        return auxbasis
-    return df.make_auxbasis(mol, mp2fit=True)
+    """The MP2-fit aux basis: the one given (names, files or PySCF data), else the RI rule of
+    :mod:`mp2trn.basis` for the orbital basis (PySCF's own default where that basis is given as data)."""
+    if isinstance(auxbasis, dict) and not all(isinstance(v, str) for v in auxbasis.values()):
+        return auxbasis   # already resolved
+    try:
+        chosen = default_fitting(mol, "rifit", auxbasis or None)
+    except InputError as exc:
+        raise InputError(f"auxiliary basis {describe_basis(auxbasis)!r} is not usable for this molecule: "
+                         f"{str(exc).split(': ', 1)[-1]}") from None
+    return chosen.pyscf_basis() if chosen is not None else df.make_auxbasis(mol, mp2fit=True)
 
 
 def describe_basis(basis: str | dict) -> str:
-    """A short printable name: 'cc-pvdz-ri', or 'O:cc-pvdz-ri, H:cc-pvdz-ri' when per element."""
+    """A short printable name: 'cc-pvdz-ri', or 'O:cc-pvdz-ri, H:cc-pvdz-ri' when per element; basis data
+    (shells) shows as 'custom'."""
     if isinstance(basis, dict):
-        names = sorted({str(v) for v in basis.values()})
-        return names[0] if len(names) == 1 else ", ".join(f"{k}:{v}" for k, v in sorted(basis.items()))
+        named = {k: (v if isinstance(v, str) else "custom") for k, v in basis.items()}
+        names = sorted(set(named.values()))
+        return names[0] if len(names) == 1 else ", ".join(f"{k}:{v}" for k, v in sorted(named.items()))
     return str(basis)
 
 

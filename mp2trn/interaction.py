@@ -369,8 +369,8 @@ def interaction_energy(
                                                         options.multiplicity)
         calcs = build_calculations(geom, fragments, q_total, m_total, counterpoise)
         per_calc = [replace(options, charge=c.charge, multiplicity=c.multiplicity, frozen=frozen) for c in calcs]
-        mols = [build_molecule(c.geometry, o)[0] for c, o in zip(calcs, per_calc)]
-        if counterpoise and len({m.nao_nr() for m in mols}) != 1:  # pragma: no cover - a guard, not expected
+        mols = [build_molecule(c.geometry, o) for c, o in zip(calcs, per_calc)]
+        if counterpoise and len({m.mol.nao_nr() for m in mols}) != 1:  # pragma: no cover - a guard, not expected
             raise Mp2trnError("internal error: counterpoise fragments do not share the complex's basis")
         for mol, opts in zip(mols, per_calc):
             check_before_scf(mol, opts, device)  # an unusable MP2 fitting basis is an error before any SCF

@@ -17,6 +17,7 @@ from pathlib import Path
 from pyscf import gto
 from pyscf.data import elements
 
+from .basis import MoleculeBases, resolve_bases
 from .df import quiet_pyscf
 from .errors import InputError
 
@@ -255,16 +256,35 @@ def build_mole(
     multiplicity: int | None = None,
     unit: str = "angstrom",
     verbose: int = 0,
+    ecp: str | None = None,
+    cartesian: bool | None = None,
 ) -> gto.Mole:
     """Build a PySCF Mole from an XYZ path, XYZ text, a PySCF atom string, a Geometry or a Mole.
 
     Explicit ``charge``/``multiplicity`` win over values in the XYZ comment line. Units: Angstrom
-    (default) or Bohr. An existing ``gto.Mole`` is returned as is (built if needed).
+    (default) or Bohr. An existing ``gto.Mole`` is returned as is (built if needed). ``basis``, ``ecp``
+    and ``cartesian`` are resolved by :mod:`mp2trn.basis` (see :func:`build_mole_with_bases`).
     """
+    return build_mole_with_bases(source, basis, charge, multiplicity, unit, verbose, ecp, cartesian)[0]
+
+
+def build_mole_with_bases(
+    source: str | os.PathLike | Geometry | gto.Mole,
+    basis: str | dict = "cc-pvdz",
+    charge: int | None = None,
+    multiplicity: int | None = None,
+    unit: str = "angstrom",
+    verbose: int = 0,
+    ecp: str | None = None,
+    cartesian: bool | None = None,
+) -> tuple[gto.Mole, MoleculeBases | None]:
+    """:func:`build_mole`, and what :mod:`mp2trn.basis` resolved: the orbital basis per element with its
+    source, the ECPs (the basis's own by default, ``ecp="none"``/a name to choose) and whether the functions
+    are Cartesian (``cartesian=None``: the basis's own convention). None for a Mole given as is."""
     if isinstance(source, gto.Mole):
         if not source._built:
             _safe_build(source)
-        return source
+        return source, None
     unit_key = str(unit).lower()
     if unit_key not in _UNITS:
         raise InputError(f"unknown unit {unit!r}: use angstrom or bohr")
@@ -282,15 +302,22 @@ def build_mole(
     if multiplicity is None:
         multiplicity = default_multiplicity(n_protons, charge)
     spin = check_charge_multiplicity(n_protons, charge, int(multiplicity))
+    symbols, ghosts = [s for s, _ in labels], [g for _, g in labels]
+    bases = resolve_bases(basis, symbols, ghosts, ecp, cartesian)
+    n_core = sum(bases.ecp.core_electrons.values())
+    if n_core:   # ECP cores hold an even number of electrons: the rules apply to the valence ones
+        spin = check_charge_multiplicity(n_protons - n_core, charge, int(multiplicity))
     mol = gto.Mole()
     mol.atom = atom
     mol.unit = _UNITS[unit_key]
-    mol.basis = basis
+    mol.basis = bases.orbital.pyscf_basis()
+    mol.ecp = bases.ecp.pyscf_ecp()
+    mol.cart = bases.cartesian
     mol.charge = charge
     mol.spin = spin
     mol.verbose = verbose
-    _safe_build(mol)
-    return mol
+    _safe_build(mol, bases.orbital.name)
+    return mol, bases
 
 
 def _as_geometry(source: str | os.PathLike | Geometry) -> Geometry | None:
@@ -324,37 +351,37 @@ def _labels_from_atom_string(atom: str) -> list[tuple[str, bool]]:
     return out
 
 
-def _safe_build(mol: gto.Mole) -> None:
+def _safe_build(mol: gto.Mole, basis_name: str | None = None) -> None:
     """``mol.build()`` with PySCF's basis/element failures turned into InputError."""
     try:
         with quiet_pyscf():
             mol.build(parse_arg=False, dump_input=False)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        basis = mol.basis if isinstance(mol.basis, str) else "given basis"
+        basis = basis_name or (mol.basis if isinstance(mol.basis, str) else "given basis")
         if "basis" in msg.lower() or "basis" in type(exc).__name__.lower():
             raise InputError(f"basis {basis!r} is not available for this molecule ({msg})") from None
         raise InputError(f"cannot build molecule: {msg}") from None
     if mol.nao_nr() == 0:
         raise InputError("molecule has no basis functions")
-    _check_basis_covers_atoms(mol)
-    _check_electrons_fit_basis(mol)
+    _check_basis_covers_atoms(mol, basis_name)
+    _check_electrons_fit_basis(mol, basis_name)
 
 
-def _check_electrons_fit_basis(mol: gto.Mole) -> None:
+def _check_electrons_fit_basis(mol: gto.Mole, basis_name: str | None = None) -> None:
     """Each spin channel needs at least as many spatial orbitals as it has electrons."""
     nalpha, nbeta = mol.nelec
     nao = mol.nao_nr()
     if max(nalpha, nbeta) > nao:
-        basis = mol.basis if isinstance(mol.basis, str) else "given basis"
+        basis = basis_name or (mol.basis if isinstance(mol.basis, str) else "given basis")
         raise InputError(
             f"basis {basis!r} has {nao} function(s) but the molecule has {nalpha} alpha and {nbeta} beta electrons "
             f"(charge {mol.charge}, multiplicity {mol.spin + 1}): check --charge/--multiplicity or use a larger basis")
 
 
-def _check_basis_covers_atoms(mol: gto.Mole) -> None:
+def _check_basis_covers_atoms(mol: gto.Mole, basis_name: str | None = None) -> None:
     have = {mol.bas_atom(i) for i in range(mol.nbas)}
     missing = [mol.atom_symbol(i) for i in range(mol.natm) if i not in have]
     if missing:
-        basis = mol.basis if isinstance(mol.basis, str) else "given basis"
+        basis = basis_name or (mol.basis if isinstance(mol.basis, str) else "given basis")
         raise InputError(f"basis {basis!r} has no functions for {', '.join(sorted(set(missing)))}")

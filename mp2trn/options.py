@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Union
 
 from .errors import InputError
+from .methods import get_method
 from .scf import JK_CHOICES, ScfOptions
 
 #: Frozen orbitals as given by a user: None/"none", "auto", a count N (lowest N per spin), or orbital
@@ -65,7 +66,12 @@ def parse_frozen(value: Frozen) -> Frozen:
 class RunOptions:
     """All settings of one run (immutable; checked in ``__post_init__``).
 
-    basis / auxbasis: orbital basis and MP2 fitting basis (None: PySCF's RI partner of ``basis``).
+    method: ``mp2``, ``scs-mp2``, ``sos-mp2`` or a double hybrid (:mod:`mp2trn.methods`); grid: the DFT grid
+    level of a double hybrid (PySCF's ``grids.level``, 0–9; None: PySCF's default, 3).
+    basis / auxbasis: orbital basis and MP2 fitting basis — names (PySCF library or Basis Set Exchange),
+    files, or 'El:name, ...' per element (None auxbasis: the fitting rules of :mod:`mp2trn.basis`).
+    ecp: None/"auto" (the basis's own ECPs), "none", or an ECP/basis name or file. cartesian: None (the
+    basis's convention), True (Cartesian functions) or False (spherical).
     charge / multiplicity: None → the XYZ comment line, else neutral and lowest spin.
     unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
     scf_df, jkbasis, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); scf_jk: where its
@@ -83,6 +89,10 @@ class RunOptions:
 
     basis: str | dict = "cc-pvdz"
     auxbasis: str | dict | None = None
+    method: str = "mp2"
+    ecp: str | None = None
+    cartesian: bool | None = None
+    grid: int | None = None
     charge: int | None = None
     multiplicity: int | None = None
     unit: str = "angstrom"
@@ -112,6 +122,15 @@ class RunOptions:
             raise InputError(f"--lindep must be between 0 and 1e-2, got {self.lindep}")
         if self.scf_jk not in JK_CHOICES:
             raise InputError(f"--scf-jk {self.scf_jk!r}: use {', '.join(JK_CHOICES)}")
+        object.__setattr__(self, "method", get_method(self.method).name)
+        if self.grid is not None and not (isinstance(self.grid, int) and 0 <= self.grid <= 9):
+            raise InputError(f"--grid must be a PySCF grid level 0-9, got {self.grid!r}")
+        if self.grid is not None and not get_method(self.method).double_hybrid:
+            raise InputError(f"--grid applies to double-hybrid methods only (not {self.method})")
+        if get_method(self.method).double_hybrid and not self.scf_df:
+            raise InputError(f"{self.method}: double hybrids run a density-fitted Kohn-Sham SCF; drop --no-scf-df")
+        if self.ecp is not None and not str(self.ecp).strip():
+            raise InputError("--ecp needs a name: auto, none, or an ECP/basis name or file")
         unit = str(self.unit).lower()
         if unit not in UNITS:
             raise InputError(f"unknown unit {self.unit!r}: use angstrom or bohr")
@@ -143,7 +162,8 @@ class RunOptions:
     def scf(self) -> ScfOptions:
         """The SCF's share of the options."""
         return ScfOptions(density_fit=self.scf_df, jkbasis=self.jkbasis, conv_tol=self.conv_tol,
-                          max_cycle=self.max_cycle, jk=self.scf_jk, lindep=self.lindep)
+                          max_cycle=self.max_cycle, jk=self.scf_jk, lindep=self.lindep,
+                          xc=get_method(self.method).xc, grid=self.grid)
 
     def device_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the device constructor (the target, then ``device_options``)."""

@@ -30,7 +30,9 @@ from .errors import NumericalError
 from .geometry import check_geometry
 from .df import largest_shell, make_auxmol
 from .memory import budget_mb, check_budget_before_scf, peak_rss_mb
-from .molecule import build_mole
+from .basis import BasisSet, MoleculeBases, atom_symbols, default_fitting, fitting_basis
+from .methods import dispersion_energy, get_method
+from .molecule import build_mole_with_bases
 from .options import RunOptions
 from .costreport import add_run_summary
 from .result import MP2Result
@@ -60,45 +62,95 @@ def bind_device(options: RunOptions, device: Device) -> RunOptions:
     return replace(options, device=device, precision=None, target=None, device_options={})
 
 
-def build_molecule(source: Source, options: RunOptions) -> tuple[gto.Mole, list[str]]:
-    """The molecule of ``source`` (XYZ path or text, PySCF atom string, Mole) with the options' basis,
-    charge, multiplicity and unit, and the geometry's notes; impossible geometries are refused here,
-    before any integral."""
-    mol = build_mole(source, basis=options.basis, charge=options.charge, multiplicity=options.multiplicity,
-                     unit=options.unit)
-    return mol, check_geometry(mol)
+@dataclass
+class BuiltMolecule:
+    """A molecule ready for the SCF: the Mole, the notes about its geometry, and what its basis choice
+    resolved to (None for a Mole given as is): orbital basis with sources, ECPs, JK-fit and RI-fit bases."""
+
+    mol: gto.Mole
+    notes: list[str]
+    bases: MoleculeBases | None
+    jkfit: BasisSet | None
+    rifit: BasisSet | None
+
+    def record(self) -> dict[str, Any]:
+        """What-ran entry: every basis with its source per element, the ECPs and the function convention."""
+        out: dict[str, Any] = dict(self.bases.record()) if self.bases else {}
+        for key, chosen in (("jkfit", self.jkfit), ("rifit", self.rifit)):
+            if chosen is not None:
+                out[key] = chosen.record()
+        return out
+
+    def basis_notes(self) -> list[str]:
+        """Warnings for the output table: fitting functions generated for want of a fitting basis."""
+        notes = []
+        for role, chosen in (("JK-fit (SCF)", self.jkfit), ("RI-fit (MP2)", self.rifit)):
+            if chosen is not None and chosen.generated:
+                notes.append(f"WARNING: no {role} basis covers {', '.join(chosen.generated)}: PySCF's even-tempered "
+                             "functions were generated for them; name one with "
+                             f"{'--jkbasis' if role.startswith('JK') else '--auxbasis'} for reproducible energies")
+        return notes
+
+
+def build_molecule(source: Source | BuiltMolecule, options: RunOptions) -> BuiltMolecule:
+    """The molecule of ``source`` (XYZ path or text, PySCF atom string, Mole) with the options' basis, ECP,
+    function convention, charge, multiplicity and unit, and its fitting bases; impossible geometries are
+    refused here, before any integral."""
+    if isinstance(source, BuiltMolecule):
+        return source
+    mol, bases = build_mole_with_bases(source, basis=options.basis, charge=options.charge,
+                                       multiplicity=options.multiplicity, unit=options.unit, ecp=options.ecp,
+                                       cartesian=options.cartesian)
+    symbols, _ = atom_symbols(mol)
+    if bases is not None:
+        jk = fitting_basis("jkfit", bases.orbital, symbols, options.jkbasis, mol) if options.scf_df else None
+        ri = fitting_basis("rifit", bases.orbital, symbols, options.auxbasis, mol)
+    else:
+        jk = default_fitting(mol, "jkfit", options.jkbasis) if options.scf_df else None
+        ri = default_fitting(mol, "rifit", options.auxbasis)
+    return BuiltMolecule(mol, check_geometry(mol), bases, jk, ri)
 
 
 @dataclass
 class ScfStage:
-    """A converged SCF, its wall time (s) and the notes about its geometry."""
+    """A converged SCF, its wall time (s), the notes about its geometry and the molecule it ran on."""
 
     mf: Any
     seconds: float
     notes: list[str]
+    molecule: BuiltMolecule | None = None
 
 
-def check_before_scf(mol: gto.Mole, options: RunOptions, device: Device) -> None:
+def _auxbasis(molecule: BuiltMolecule, options: RunOptions) -> str | dict | None:
+    return molecule.rifit.pyscf_basis() if molecule.rifit is not None else options.auxbasis
+
+
+def check_before_scf(molecule: BuiltMolecule, options: RunOptions, device: Device) -> None:
     """Errors that need no SCF, raised before it: an unusable MP2 fitting basis, a budget too small."""
-    auxmol, _ = make_auxmol(mol, options.auxbasis)
+    mol = molecule.mol
+    auxmol, _ = make_auxmol(mol, _auxbasis(molecule, options))
     check_budget_before_scf(mol.nao_nr(), mol.nelec, auxmol.nao_nr(), largest_shell(auxmol),
                             budget_mb(options.max_memory), device.storage_dtype.itemsize)
 
 
-def scf_stage(source: Source, options: RunOptions, device: Device, progress: Progress | None = None,
+def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Device, progress: Progress | None = None,
               comm: Comm | None = None) -> ScfStage:
     """Molecule → converged SCF (J/K builds on ``device`` where it has them, shared over the ranks of
     ``comm``), after the checks that need no SCF."""
-    mol, notes = build_molecule(source, options)
-    check_before_scf(mol, options, device)
+    molecule = build_molecule(source, options)
+    mol = molecule.mol
+    check_before_scf(molecule, options, device)
+    scf_options = options.scf
+    if molecule.jkfit is not None:
+        scf_options = replace(scf_options, jkbasis=molecule.jkfit.pyscf_basis())
     t0 = time.perf_counter()
     if progress:
         progress("scf", 0, options.max_cycle)
-    mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
+    mf = run_scf(mol, scf_options, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
                  comm=comm)
     if progress:
         progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
-    return ScfStage(mf, time.perf_counter() - t0, notes)
+    return ScfStage(mf, time.perf_counter() - t0, molecule.notes, molecule)
 
 
 def compute(
@@ -115,10 +167,13 @@ def compute(
     if comm is not None:
         comm = device_comm(comm, device)   # on NKI devices the arrays travel in NKI collective kernels
     stage = scf_stage(source, options, device, progress, comm)
-    mf, t_scf = stage.mf, stage.seconds
+    mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
     check_stopped()
-    result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), options.auxbasis, options.frozen, progress,
-                          keep_pair_energies, comm)
+    result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), _auxbasis(molecule, options), options.frozen,
+                          progress, keep_pair_energies, comm)
+    method = get_method(options.method)
+    what_ran = {**result.what_ran, **_basis_names(molecule, result.what_ran), "bases": molecule.record(),
+                "method": method.record()}
     timings = {"scf": t_scf, **result.timings}
     timings["total"] = t_scf + result.timings["mp2"]
     record = scf_record(mf, t_scf, options.lindep)
@@ -129,14 +184,29 @@ def compute(
     if not all(math.isfinite(v) for v in energies.values()):
         raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "
                              "nothing is written")
-    notes = result.notes + stage.notes
+    notes = result.notes + stage.notes + molecule.basis_notes()
     parallel = None
     if comm is not None and comm.size > 1:
         parallel = rank_record(comm, result)
         if result.cost:
             notes = notes + [f"the cost report is rank {comm.rank}'s own share of the kernels (1 of {comm.size} "
                              "ranks); extras.mp2trn.parallel.per_rank has each rank's modeled device time"]
-    return replace(result, timings=timings, scf=record, notes=notes, parallel=parallel), mf
+    reference = result.reference.replace("HF", "KS") if method.double_hybrid else result.reference
+    return replace(result, timings=timings, scf=record, notes=notes, parallel=parallel, what_ran=what_ran,
+                   method=method, e_disp=dispersion_energy(mf.mol, method), reference=reference), mf
+
+
+def _basis_names(molecule: BuiltMolecule, what_ran: dict[str, Any]) -> dict[str, Any]:
+    """The printable basis names of what-ran from the resolved bases (the MP2 stage only sees PySCF data)."""
+    out = {}
+    if molecule.bases is not None:
+        out["basis"] = molecule.bases.orbital.name
+        out["ecp"] = molecule.bases.ecp.record()
+    if molecule.rifit is not None:
+        out["auxbasis"] = molecule.rifit.name
+    if molecule.jkfit is not None and what_ran.get("jkbasis"):
+        out["jkbasis"] = molecule.jkfit.name
+    return out
 
 
 def rank_record(comm: Comm, result: MP2Result) -> dict[str, Any]:

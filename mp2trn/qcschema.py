@@ -8,11 +8,13 @@ converted to version 2 first.
 What an input may say (everything else is an InputError naming what is accepted):
 
 - ``specification.driver``: ``energy``.
-- ``specification.model.method``: ``mp2``, ``scs-mp2`` (return_result is the SCS-MP2 total energy) or
-  ``hf`` / ``scf`` (the SCF alone); ``model.basis``: a basis name PySCF knows.
+- ``specification.model.method``: any method of :mod:`mp2trn.methods` — ``mp2``, ``scs-mp2``,
+  ``sos-mp2``, the double hybrids (return_result is that method's total energy) — or ``hf`` / ``scf``
+  (the SCF alone); ``model.basis``: a basis name (PySCF library or Basis Set Exchange) or file.
 - ``specification.keywords``: :data:`KEYWORDS` — ``device``, ``precision``, ``frozen_core`` (or
   ``frozen``), ``memory`` (MB), ``target``, ``df_basis_mp2`` (or ``auxbasis``), ``df_basis_scf`` (or
-  ``jkbasis``), ``conv_tol``, ``max_cycle``, ``scf_jk``, ``lindep``.
+  ``jkbasis``), ``conv_tol``, ``max_cycle``, ``scf_jk``, ``lindep``, ``ecp`` (auto/none/a name),
+  ``cartesian`` (or QCSchema's ``puream``, its opposite), ``dft_grid`` (or ``grid``).
 - the molecule: symbols, geometry (bohr, as QCSchema stores it), ``real`` flags (ghost atoms),
   ``molecular_charge``, ``molecular_multiplicity``.
 
@@ -27,20 +29,21 @@ import math
 from typing import Any
 
 from .errors import ConvergenceError, InputError, Mp2trnError, NumericalError, ResourceError
+from .methods import METHODS, get_method
 from .molecule import Atom, Geometry
 from .options import RunOptions
 from .version import __version__
 
 EXTRA_HINT = "pip install 'mp2trn[qcschema]' (qcelemental and qcengine)"
-#: method name → what the run returns (return_result)
-METHODS = {"mp2": "mp2_total_energy", "scs-mp2": "SCS-MP2 total energy", "hf": "scf_total_energy",
-           "scf": "scf_total_energy"}
+#: methods of the SCF alone (return_result: the SCF energy); every method of :mod:`mp2trn.methods` also runs
+SCF_METHODS = ("hf", "scf")
 #: keyword → RunOptions field
 KEYWORDS = {
     "device": "device", "precision": "precision", "frozen_core": "frozen", "frozen": "frozen",
     "memory": "max_memory", "max_memory": "max_memory", "target": "target", "df_basis_mp2": "auxbasis",
     "auxbasis": "auxbasis", "df_basis_scf": "jkbasis", "jkbasis": "jkbasis", "conv_tol": "conv_tol",
     "max_cycle": "max_cycle", "scf_jk": "scf_jk", "lindep": "lindep", "scf_df": "scf_df",
+    "ecp": "ecp", "cartesian": "cartesian", "puream": "spherical", "dft_grid": "grid", "grid": "grid",
 }
 #: mp2trn error class → QCEngine/QCSchema error_type
 ERROR_TYPES = {InputError: "input_error", ConvergenceError: "convergence_error", ResourceError: "resource_error",
@@ -131,8 +134,12 @@ def options_of(atomic_input, base: RunOptions | None = None, memory_mb: float | 
     if driver != "energy":
         raise InputError(f"driver {driver!r} is not available in mp2trn: only 'energy'")
     method = str(spec.model.method).lower()
-    if method not in METHODS:
-        raise InputError(f"method {spec.model.method!r} is not available in mp2trn: {', '.join(METHODS)}")
+    if method not in SCF_METHODS:
+        try:
+            method = get_method(method).name
+        except InputError:
+            raise InputError(f"method {spec.model.method!r} is not available in mp2trn: "
+                             f"{', '.join(SCF_METHODS + tuple(METHODS))}") from None
     basis = spec.model.basis
     if basis is None or not isinstance(basis, str) or not basis.strip():
         raise InputError("model.basis must name a basis set (a QCSchema BasisSet object is not supported)")
@@ -143,7 +150,12 @@ def options_of(atomic_input, base: RunOptions | None = None, memory_mb: float | 
     if unknown:
         raise InputError(f"unknown keyword(s) {', '.join(unknown)}: mp2trn accepts {', '.join(sorted(KEYWORDS))}")
     for key, value in spec.keywords.items():
-        fields[KEYWORDS[key]] = value
+        if KEYWORDS[key] == "spherical":   # QCSchema's puream: True means spherical functions
+            fields["cartesian"] = not bool(value)
+        else:
+            fields[KEYWORDS[key]] = value
+    if method not in SCF_METHODS:
+        fields["method"] = method
     return method, RunOptions.build(base, **fields)
 
 
@@ -162,7 +174,7 @@ def run_atomic_input(data, memory_mb: float | None = None):
     atomic_input = load_atomic_input(data)
     method, options = options_of(atomic_input, memory_mb=memory_mb)
     geometry = geometry_of(atomic_input.molecule)
-    if METHODS[method] == "scf_total_energy":
+    if method in SCF_METHODS:
         stage, device_name = scf_only(geometry, options)
         record = scf_record(stage.mf, stage.seconds, options.lindep)
         props = _scf_properties(stage.mf, record)
@@ -174,10 +186,7 @@ def run_atomic_input(data, memory_mb: float | None = None):
         doc = result.to_qcschema()
         props = {**_scf_properties(mf, result.scf), **doc["properties"]}
         extras = {"mp2trn": doc["extras"]["mp2trn"], "qcvars": _qcvars(result)}
-    if method == "scs-mp2":
-        value = result.e_scs
-    else:
-        value = props["scf_total_energy"] if METHODS[method] == "scf_total_energy" else props["mp2_total_energy"]
+    value = props["scf_total_energy"] if method in SCF_METHODS else result.e_tot
     props["return_energy"] = value
     if not math.isfinite(value):
         raise NumericalError(f"the {method} energy is not finite ({value}); nothing is returned")
@@ -214,7 +223,7 @@ def _scf_properties(mf, record: dict[str, Any] | None) -> dict[str, Any]:
 def _qcvars(result) -> dict[str, float]:
     """QCEngine's variable names for what has no AtomicProperties field (SCS-MP2)."""
     return {"SCS-MP2 CORRELATION ENERGY": result.e_scs_corr, "SCS-MP2 TOTAL ENERGY": result.e_scs,
-            "MP2 TOTAL ENERGY": result.e_tot, "MP2 CORRELATION ENERGY": result.e_corr,
+            "MP2 TOTAL ENERGY": result.e_mp2_tot, "MP2 CORRELATION ENERGY": result.e_corr,
             "HF TOTAL ENERGY": result.e_hf}
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from .methods import METHODS, SCS_OS, SCS_SS, Method
 from .version import __version__
 
 HARTREE_TO_KCAL = 627.509474  # kcal/mol per Hartree (CODATA 2018, as in PySCF/Psi4)
-SCS_OS, SCS_SS = 6.0 / 5.0, 1.0 / 3.0  # Grimme's SCS-MP2 scalings, as PySCF's SCSMP2
 
 
 @dataclass
@@ -31,13 +31,27 @@ class MP2Result:
     scf: dict[str, Any] | None = None  # the SCF stage: where J/K ran, precision per cycle, cycles, seconds
     e_nuc: float | None = None  # nuclear repulsion energy (Hartree)
     parallel: dict[str, Any] | None = None  # a run over ranks: backend, and per rank memory and bytes sent
+    method: Method = field(default_factory=lambda: METHODS["mp2"])  # what e_tot is
+    e_disp: float = 0.0  # the method's dispersion energy (Hartree; double hybrids with -D3BJ)
 
     @property
     def e_corr(self) -> float:
+        """The unscaled correlation energy of the reference orbitals, E_os + E_ss."""
         return self.e_corr_os + self.e_corr_ss
 
     @property
+    def e_method_corr(self) -> float:
+        """The method's correlation: c_os·E_os + c_ss·E_ss (the MP2 correlation for ``mp2``)."""
+        return self.method.c_os * self.e_corr_os + self.method.c_ss * self.e_corr_ss
+
+    @property
     def e_tot(self) -> float:
+        """The method's total energy: reference + scaled correlation + dispersion (MP2 total for ``mp2``)."""
+        return self.e_hf + self.e_method_corr + self.e_disp
+
+    @property
+    def e_mp2_tot(self) -> float:
+        """Reference + unscaled MP2 correlation (the MP2 total energy on a Hartree–Fock reference)."""
         return self.e_hf + self.e_corr
 
     @property
@@ -51,15 +65,20 @@ class MP2Result:
         return self.e_hf + self.e_scs_corr
 
     def energies(self) -> dict[str, float]:
-        return {
+        out = {
             "scf_total_energy": self.e_hf,
             "mp2_opposite_spin_correlation_energy": self.e_corr_os,
             "mp2_same_spin_correlation_energy": self.e_corr_ss,
             "mp2_correlation_energy": self.e_corr,
-            "mp2_total_energy": self.e_tot,
+            "mp2_total_energy": self.e_mp2_tot,
             "scs_mp2_correlation_energy": self.e_scs_corr,
             "scs_mp2_total_energy": self.e_scs,
         }
+        if self.method.name != "mp2":
+            out[f"{self.method.name}_total_energy"] = self.e_tot
+        if self.e_disp:
+            out["dispersion_correction_energy"] = self.e_disp
+        return out
 
     def to_qcschema(self) -> dict[str, Any]:
         """A QCSchema ``AtomicResult``-shaped document (schema_name qcschema_output)."""
@@ -75,9 +94,12 @@ class MP2Result:
             "mp2_singles_energy": 0.0,
             "mp2_doubles_energy": self.e_corr,
             "mp2_correlation_energy": self.e_corr,
-            "mp2_total_energy": self.e_tot,
+            "mp2_total_energy": self.e_mp2_tot,
             "return_energy": self.e_tot,
         }
+        if self.method.double_hybrid:   # the PT2 pieces are on Kohn–Sham orbitals: not MP2 energies
+            for key in [k for k in props if k.startswith("mp2_")]:
+                del props[key]
         if self.e_nuc is not None:
             props["nuclear_repulsion_energy"] = self.e_nuc
         if self.scf and self.scf.get("cycles") is not None:
@@ -87,8 +109,11 @@ class MP2Result:
             {
                 "reference": self.reference,
                 "sizes": self.sizes,
-                "scs_mp2_correlation_energy": self.e_scs_corr,
-                "scs_mp2_total_energy": self.e_scs,
+                "method": self.method.record(),
+                **({"pt2_opposite_spin_correlation_energy": self.e_corr_os,
+                    "pt2_same_spin_correlation_energy": self.e_corr_ss,
+                    "dispersion_correction_energy": self.e_disp} if self.method.double_hybrid else
+                   {"scs_mp2_correlation_energy": self.e_scs_corr, "scs_mp2_total_energy": self.e_scs}),
                 "timings": self.timings,
                 "cost": self.cost,
                 "notes": self.notes,
@@ -101,7 +126,7 @@ class MP2Result:
             "schema_version": 1,
             "molecule": self.molecule,
             "driver": "energy",
-            "model": {"method": "mp2", "basis": self.what_ran.get("basis")},
+            "model": {"method": self.method.name, "basis": self.what_ran.get("basis")},
             "keywords": {
                 "df_basis_mp2": self.what_ran.get("auxbasis"),
                 "df_basis_scf": self.what_ran.get("jkbasis"),

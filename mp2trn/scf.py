@@ -10,8 +10,9 @@ import contextlib
 from dataclasses import dataclass
 
 import numpy as np
-from pyscf import df, gto, scf
+from pyscf import df, dft, gto, scf
 
+from .basis import default_fitting
 from .devices import Device
 from .df import describe_basis, quiet_pyscf
 from .errors import ConvergenceError, InputError, Mp2trnError, NumericalError
@@ -37,11 +38,28 @@ class ScfOptions:
     max_cycle: int = 100
     jk: str = "auto"
     lindep: float | None = None  # canonical orthogonalisation threshold (None: refuse a singular overlap)
+    xc: str | None = None   # a Kohn-Sham SCF with this functional (PySCF XC syntax); None: Hartree-Fock
+    grid: int | None = None  # PySCF's DFT grid level (None: its default)
 
 
-def jk_auxbasis(mol: gto.Mole, jkbasis: str | None) -> str | dict:
-    """The JK-fit auxiliary basis actually used (explicit name, or PySCF's default for the basis)."""
-    return jkbasis if jkbasis else df.make_auxbasis(mol, mp2fit=False)
+def jk_auxbasis(mol: gto.Mole, jkbasis: str | dict | None) -> str | dict:
+    """The JK-fit auxiliary basis actually used: the one given (names or PySCF data), else the fitting rules
+    of :mod:`mp2trn.basis` (PySCF's own default where the orbital basis is given as data)."""
+    if isinstance(jkbasis, dict) and not all(isinstance(v, str) for v in jkbasis.values()):
+        return jkbasis   # already resolved (the pipeline resolves every basis before the SCF)
+    chosen = default_fitting(mol, "jkfit", jkbasis)
+    return chosen.pyscf_basis() if chosen is not None else df.make_auxbasis(mol, mp2fit=False)
+
+
+def new_mean_field(mol: gto.Mole, options: ScfOptions):
+    """The PySCF mean-field object: RHF/UHF, or RKS/UKS with ``options.xc`` on grid level ``options.grid``."""
+    if options.xc is None:
+        return scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
+    mf = dft.RKS(mol) if mol.spin == 0 else dft.UKS(mol)
+    mf.xc = options.xc
+    if options.grid is not None:
+        mf.grids.level = options.grid
+    return mf
 
 
 def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
@@ -55,7 +73,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     runs the same SCF driver, and the J/K builds are shared by auxiliary rows (device J/K only).
     Raises ConvergenceError when the SCF fails to converge.
     """
-    mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
+    mf = new_mean_field(mol, options)
     check_overlap(mol, options.lindep)
     if max_memory is not None:
         mf.max_memory = max_memory
@@ -71,7 +89,8 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
         except Mp2trnError:
             raise
         except Exception as exc:  # PySCF raises several types for a missing fitting basis
-            raise InputError(f"JK-fit basis {options.jkbasis or 'default'!r} is not usable: {_first_line(exc)}") from None
+            given = options.jkbasis if isinstance(options.jkbasis, str) else "default"
+            raise InputError(f"JK-fit basis {given!r} is not usable: {_first_line(exc)}") from None
         if on_device:
             density_fit_jk(mf, device=device, max_memory=mf.max_memory, comm=comm)
     mf.conv_tol = options.conv_tol
@@ -165,6 +184,10 @@ def scf_record(mf, seconds: float, lindep: float | None = None) -> dict:
         record = {"jk": "pyscf (host, fp64)" if with_df is not None else "pyscf (host, conventional integrals)",
                   "device": "host", "cycles": int(getattr(mf, "cycles", 0) or 0)}
     record["seconds"] = seconds
+    if isinstance(mf, dft.rks.KohnShamDFT):
+        grids = mf.grids
+        record["xc"] = mf.xc
+        record["grid"] = {"level": int(grids.level), "points": int(len(grids.weights)) if grids.weights is not None else None}
     dropped = mf.mol.nao_nr() - int(np.shape(mf.mo_coeff)[-1])
     if dropped:
         threshold = f"--lindep {lindep:g}" if lindep is not None else \

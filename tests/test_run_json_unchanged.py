@@ -33,6 +33,8 @@ TIMING_KEYS = {"timings", "emulation_wall_s"}
 #: BLAS thread pool ran (mp2trn.threads)
 ADDED_KEYS = {"scf", "whole_run", "nuclear_repulsion_energy", "scf_iterations", "compiles", "compiles_by_stage",
               "compile_cache", "blas"}
+#: fields added at one place only: the bases with their sources, the ECPs and the method (issue 22)
+ADDED_AT = {"$.extras.mp2trn": {"bases", "ecp", "method"}}
 
 
 def _mask_versions(text: str) -> str:
@@ -42,8 +44,9 @@ def _mask_versions(text: str) -> str:
 def _compare(before, after, path: str) -> list[str]:
     if isinstance(before, dict):
         problems = []
-        if set(before) != set(after) - ADDED_KEYS:
-            return [f"{path}: keys differ: {sorted(set(before) ^ (set(after) - ADDED_KEYS))}"]
+        added = ADDED_KEYS | ADDED_AT.get(path, set())
+        if set(before) != set(after) - added:
+            return [f"{path}: keys differ: {sorted(set(before) ^ (set(after) - added))}"]
         for key in before:
             if key not in TIMING_KEYS:
                 problems += _compare(before[key], after[key], f"{path}.{key}")
@@ -76,11 +79,12 @@ def test_run_json_is_unchanged_by_the_redesign(name, tmp_path, monkeypatch):
 #: changes made on purpose by later issues, per case: (path prefix, why). Issue 12 pads the metric
 #: stage's column chunks so both spin channels share one kernel signature (one NEFF compile): the
 #: beta chunk now carries zero columns, which the cost model prices (metric stage and totals), and the
-#: trsm kernel's plan for the wider chunk rounds the fp32 energies differently (checked below to 1e-8 Eh,
+#: trsm kernel's plan for the wider chunk rounds the fp32 energies differently (checked below to 5e-8 Eh,
 #: far inside the sim device's fp32 tolerance of 1e-6 Eh).
 CHANGED_ON_PURPOSE = {
     "run_hydroxyl_sim_before.json": ("$.extras.mp2trn.cost.stages.metric.", "$.extras.mp2trn.cost.total.",
-                                     "$.properties.mp2_", "$.extras.mp2trn.scs_mp2_"),
+                                     "$.properties.mp2_", "$.extras.mp2trn.scs_mp2_", "$.properties.return_energy",
+                                     "$.return_result"),
 }
 
 
@@ -95,10 +99,12 @@ def _changed_on_purpose(name: str, problem: str, before, after) -> bool:
         return True
     if not path.startswith(CHANGED_ON_PURPOSE.get(name, ())):
         return False
-    if "energy" not in path:
+    if "energy" not in path and not path.endswith("return_result"):
         return True
     keys = path[2:].split(".")
     b, a = before, after
     for k in keys:
         b, a = b[k], a[k]
-    return abs(b - a) <= 1e-8
+    # fp32 sums in the emulator follow the BLAS thread split: on the 2-core machine this case's doubles
+    # energy moved by +1.2e-8 (one BLAS thread) and -1.4e-8 (two) from the stored value, at the same commit
+    return abs(b - a) <= 5e-8

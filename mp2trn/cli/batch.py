@@ -12,7 +12,7 @@ from ..batch import run_batch
 from ..parallel import rank_and_size
 from ..errors import DeviceUnavailableError, InputError
 from ..options import DEFAULTS
-from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, FrozenCore, JkBasis, MaxCycle, Memory, PrecisionFlag,
+from .common import (AuxBasis, Basis, CartesianFlag, EcpFlag, GridFlag, MethodFlag, ConvTol, DeviceFlag, FrozenCore, JkBasis, MaxCycle, Memory, PrecisionFlag,
                      Quiet, ScfDf, ScfJk, ScratchDir, TargetFlag, Unit, UnitFlag, app, cli_errors, console, err_console,
                      options_from_flags)
 
@@ -25,6 +25,10 @@ def batch(
     resume: Annotated[bool, typer.Option("--resume", help="Continue a batch: skip molecules with an ok record.")] = False,
     basis: Basis = DEFAULTS.basis,
     auxbasis: AuxBasis = None,
+    method: MethodFlag = DEFAULTS.method,
+    ecp: EcpFlag = None,
+    cartesian: CartesianFlag = None,
+    grid: GridFlag = None,
     unit: UnitFlag = Unit.angstrom,
     frozen_core: FrozenCore = "none",
     scf_df: ScfDf = DEFAULTS.scf_df,

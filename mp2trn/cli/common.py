@@ -46,15 +46,26 @@ class Target(str, Enum):
 
 
 # -- flags shared by `run`, `interaction`, `validate` and `bench` ---------------------------------------
-Basis = Annotated[str, typer.Option("--basis", "-b", help="Orbital basis set.")]
-AuxBasis = Annotated[Optional[str], typer.Option("--auxbasis", help="MP2 fitting basis (default: the RI partner of --basis).")]
+Basis = Annotated[str, typer.Option("--basis", "-b", help=(
+    "Orbital basis: a name (PySCF library, else the Basis Set Exchange), a file (NWChem/Gaussian94), "
+    "or per element 'I:def2-svp,H:cc-pvdz'."))]
+AuxBasis = Annotated[Optional[str], typer.Option("--auxbasis", help=(
+    "MP2 fitting basis (default: the RI partner of --basis, else def2 RIFIT; see docs/bases.md)."))]
+MethodFlag = Annotated[str, typer.Option("--method", help=(
+    "mp2, scs-mp2, sos-mp2, or a double hybrid: b2plyp, b2gp-plyp, dsd-pbep86, revdsd-pbep86."))]
+EcpFlag = Annotated[Optional[str], typer.Option("--ecp", help=(
+    "Effective core potentials: auto (the basis's own, default), none, or an ECP/basis name or file."))]
+CartesianFlag = Annotated[Optional[bool], typer.Option("--cartesian/--spherical", help=(
+    "Cartesian or spherical functions (default: the basis's own convention)."), show_default=False)]
+GridFlag = Annotated[Optional[int], typer.Option("--grid", help="DFT grid level 0-9 of a double hybrid (default: PySCF's 3).")]
 Charge = Annotated[Optional[int], typer.Option("--charge", "-c", help="Molecular charge (default: XYZ comment, else 0).")]
 Multiplicity = Annotated[Optional[int], typer.Option(
     "--multiplicity", "-m", help="Spin multiplicity 2S+1 (default: XYZ comment, else lowest).")]
 UnitFlag = Annotated[Unit, typer.Option("--unit", help="Unit of the XYZ coordinates.")]
 FrozenCore = Annotated[str, typer.Option("--frozen-core", help="auto (noble-gas cores), none, or a number of orbitals.")]
 ScfDf = Annotated[bool, typer.Option("--scf-df/--no-scf-df", help="Density-fitted SCF (JK-fit basis) or conventional.")]
-JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help="JK-fit basis of the SCF (default: PySCF's for --basis).")]
+JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help=(
+    "JK-fit basis of the SCF (default: the JK partner of --basis, else def2-universal-jkfit)."))]
 ConvTol = Annotated[float, typer.Option("--conv-tol", help="SCF energy convergence threshold (Eh).")]
 MaxCycle = Annotated[int, typer.Option(
     "--scf-max-cycle", help="SCF iterations before giving up (an error, never MP2 on top).")]

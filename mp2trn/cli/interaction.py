@@ -13,7 +13,7 @@ from ..interaction import DELTA_KEYS, DELTA_LABELS, interaction_energy
 from ..parallel import rank_and_size
 from ..options import DEFAULTS
 from ..result import HARTREE_TO_KCAL
-from .common import (AuxBasis, Basis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf, ScratchDir,
+from .common import (AuxBasis, Basis, CartesianFlag, EcpFlag, GridFlag, MethodFlag, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf, ScratchDir,
                      TargetFlag, Unit, UnitFlag, app, cli_errors, err_console, finish, options_from_flags,
                      wide_console)
 
@@ -31,6 +31,10 @@ def interaction(
         "--cp/--no-cp", help="Counterpoise correction (fragments in the complex's basis, ghost atoms).")] = True,
     basis: Basis = DEFAULTS.basis,
     auxbasis: AuxBasis = None,
+    method: MethodFlag = DEFAULTS.method,
+    ecp: EcpFlag = None,
+    cartesian: CartesianFlag = None,
+    grid: GridFlag = None,
     charge: Annotated[Optional[int], typer.Option(
         "--charge", "-c", help="Charge of the complex (default: the sum of the fragment charges).")] = None,
     multiplicity: Annotated[Optional[int], typer.Option(

@@ -15,7 +15,7 @@ from ..options import DEFAULTS
 from ..pipeline import compute, open_device, open_ranks
 from ..scratch import run_scratch
 from ..result import HARTREE_TO_KCAL, MP2Result
-from .common import (AuxBasis, Basis, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
+from .common import (AuxBasis, Basis, CartesianFlag, EcpFlag, GridFlag, MethodFlag, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
                      Lindep, Multiplicity, PrecisionFlag, Quiet, ScfDf, ScfJk, ScratchDir, StageProgress, TargetFlag, Unit, UnitFlag, app,
                      cli_errors, console, finish, options_from_flags)
 
@@ -26,6 +26,10 @@ def run(
     xyz: Path = typer.Argument(..., help="Molecule in XYZ format (Angstrom unless --unit bohr)."),
     basis: Basis = DEFAULTS.basis,
     auxbasis: AuxBasis = None,
+    method: MethodFlag = DEFAULTS.method,
+    ecp: EcpFlag = None,
+    cartesian: CartesianFlag = None,
+    grid: GridFlag = None,
     charge: Charge = None,
     multiplicity: Multiplicity = None,
     unit: UnitFlag = Unit.angstrom,
@@ -108,22 +112,68 @@ def run_qcschema_file(path: Path, text: str, options, json_path: Path | None, qu
 
 
 def energy_table(result: MP2Result, title: str) -> Table:
-    table = Table(title=f"DF-MP2 energies: {title}", title_justify="left")
+    method = result.method
+    table = Table(title=f"{'DF-MP2' if method.name == 'mp2' else method.name.upper()} energies: {title}",
+                  title_justify="left")
     table.add_column("quantity")
     table.add_column("Eh", justify="right")
     table.add_column("kcal/mol", justify="right")
-    rows = [
-        ("SCF total energy", result.e_hf, False),
-        ("MP2 opposite-spin correlation", result.e_corr_os, True),
-        ("MP2 same-spin correlation", result.e_corr_ss, True),
-        ("MP2 correlation energy", result.e_corr, True),
-        ("MP2 total energy", result.e_tot, False),
-        ("SCS-MP2 correlation energy", result.e_scs_corr, True),
-        ("SCS-MP2 total energy", result.e_scs, False),
-    ]
+    if method.double_hybrid:
+        rows = [
+            ("Kohn-Sham total energy (DFT part)", result.e_hf, False),
+            ("PT2 opposite-spin correlation", result.e_corr_os, True),
+            ("PT2 same-spin correlation", result.e_corr_ss, True),
+            (f"scaled PT2 ({method.c_os:g}·os + {method.c_ss:g}·ss)", result.e_method_corr, True),
+        ]
+        if method.dispersion:
+            rows.append((f"dispersion ({method.dispersion[0].upper()})", result.e_disp, True))
+        rows.append((f"{method.name.upper()} total energy", result.e_tot, False))
+    else:
+        rows = [
+            ("SCF total energy", result.e_hf, False),
+            ("MP2 opposite-spin correlation", result.e_corr_os, True),
+            ("MP2 same-spin correlation", result.e_corr_ss, True),
+            ("MP2 correlation energy", result.e_corr, True),
+            ("MP2 total energy", result.e_mp2_tot, False),
+            ("SCS-MP2 correlation energy", result.e_scs_corr, True),
+            ("SCS-MP2 total energy", result.e_scs, False),
+        ]
+        if method.name not in ("mp2", "scs-mp2"):
+            rows += [(f"{method.name.upper()} correlation energy", result.e_method_corr, True),
+                     (f"{method.name.upper()} total energy", result.e_tot, False)]
     for name, value, corr in rows:
         table.add_row(name, f"{value:.10f}", f"{value * HARTREE_TO_KCAL:.4f}" if corr else "")
     return table
+
+
+def ecp_summary(ecp: dict | None) -> str:
+    """'I: def2-svp, 28 core electrons (×2 atoms)' or 'none'."""
+    if not ecp:
+        return "none (all-electron)"
+    counts: dict[str, list[int]] = {}
+    for atom in ecp["atoms"]:
+        counts.setdefault(atom["symbol"], []).append(atom["core_electrons"])
+    parts = []
+    for sym, cores in counts.items():
+        el = ecp["elements"][sym]
+        parts.append(f"{sym}: {el['name']} ({el['source']}), {cores[0]} core electrons × {len(cores)} atom"
+                     + ("s" if len(cores) > 1 else ""))
+    return "; ".join(parts)
+
+
+def sources_summary(bases: dict) -> str:
+    """'orbital: PySCF library; RI fit: PySCF library (C, H), BSE 0.12 (I); ...' (sources per basis)."""
+    parts = []
+    for key, label in (("orbital", "orbital"), ("jkfit", "JK fit"), ("rifit", "RI fit")):
+        entry = bases.get(key)
+        if not entry:
+            continue
+        by_source: dict[str, list[str]] = {}
+        for sym, el in entry["elements"].items():
+            by_source.setdefault(el["source"], []).append(sym)
+        text = ", ".join(src if len(by_source) == 1 else f"{src} ({' '.join(syms)})" for src, syms in by_source.items())
+        parts.append(f"{label}: {text}")
+    return "; ".join(parts)
 
 
 def what_ran_table(result: MP2Result) -> Table:
@@ -141,7 +191,17 @@ def what_ran_table(result: MP2Result) -> Table:
     table.add_row("precision", str(w.get("precision")))
     if w.get("blas"):
         table.add_row("BLAS threads", w["blas"])
+    if result.method.name != "mp2":
+        m = result.method
+        text = f"{m.name} (c_os {m.c_os:g}, c_ss {m.c_ss:g}" + (f"; {m.xc}" if m.xc else "") + ")"
+        if result.scf and result.scf.get("grid"):
+            text += f", grid level {result.scf['grid']['level']} ({result.scf['grid']['points']} points)"
+        table.add_row("method", text)
     table.add_row("basis / aux basis", f"{w.get('basis')} / {w.get('auxbasis')}")
+    if w.get("bases"):
+        table.add_row("basis sources", sources_summary(w["bases"]))
+        table.add_row("functions", w["bases"].get("functions", ""))
+        table.add_row("ECP", ecp_summary(w["bases"].get("ecp")))
     table.add_row("SCF", f"density-fitted ({w.get('jkbasis')})" if w.get("jkbasis") else "conventional integrals")
     if result.scf:
         table.add_row("SCF J/K", scf_summary(result.scf))

@@ -70,3 +70,45 @@ def conventional_mp2(mf, options: RunOptions = RunOptions()) -> float:
     pt = cls(exact, frozen=pyscf_frozen(select_frozen(mf, options.frozen), uhf))
     pt.verbose = 0
     return float(pt.kernel()[0])
+
+
+def pyscf_scf_energy(mol, jkbasis, conv_tol: float = 1e-10, xc: str | None = None, grid: int | None = None) -> float:
+    """PySCF's own density-fitted SCF energy of ``mol`` (its bases and ECPs as built) with JK-fit basis
+    ``jkbasis``: RHF/UHF, or RKS/UKS with ``xc`` on grid level ``grid`` — no mp2trn code in the loop."""
+    from pyscf import dft, scf
+
+    if xc is None:
+        mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
+    else:
+        mf = dft.RKS(mol) if mol.spin == 0 else dft.UKS(mol)
+        mf.xc = xc
+        if grid is not None:
+            mf.grids.level = grid
+    mf = mf.density_fit(auxbasis=jkbasis)
+    mf.conv_tol = conv_tol
+    mf.verbose = 0
+    mf.kernel()
+    return mf
+
+
+def pyscf_double_hybrid(mol, method, jkbasis, rifit, grid: int | None = None, conv_tol: float = 1e-10) -> dict:
+    """A double hybrid by PySCF's own route: its DF Kohn–Sham SCF with the functional's DFT part (libxc),
+    its DF-MP2 (``DFMP2``/``DFUMP2``) on the Kohn–Sham orbitals with the RI basis ``rifit``, scaled by the
+    method's c_os/c_ss, plus PySCF's dftd3 dispersion for the functional. Energies in Hartree."""
+    from pyscf import df
+    from pyscf.mp import dfmp2, dfump2
+
+    mf = pyscf_scf_energy(mol, jkbasis, conv_tol, method.xc, grid)
+    pt = (dfump2.DFUMP2 if mol.spin else dfmp2.DFMP2)(mf)
+    pt.with_df = df.DF(mol, auxbasis=rifit)
+    pt.verbose = 0
+    pt.kernel(with_t2=False)
+    e_disp = 0.0
+    if method.dispersion:
+        from pyscf.dispersion import dftd3
+
+        version, name = method.dispersion
+        e_disp = float(dftd3.DFTD3Dispersion(mol, xc=name, version=version).get_dispersion()["energy"])
+    e_tot = float(mf.e_tot) + method.c_os * float(pt.e_corr_os) + method.c_ss * float(pt.e_corr_ss) + e_disp
+    return {"e_ks": float(mf.e_tot), "e_os": float(pt.e_corr_os), "e_ss": float(pt.e_corr_ss), "e_disp": e_disp,
+            "e_tot": e_tot}

@@ -33,18 +33,19 @@ def energy_table(rows: list[dict[str, Any]], title: str) -> Table:
     t = Table(title=title, title_justify="left")
     for col, just in [("molecule", "left"), ("ref", "left"), ("atoms", "right"), ("basis", "left"),
                       ("nocc", "right"), ("nvir", "right"), ("naux", "right"), ("E_corr mp2trn (Eh)", "right"),
-                      ("E_corr PySCF (Eh)", "right"), ("|Δ| µEh", "right"), ("DF err µEh", "right"),
-                      ("t SCF", "right"), ("t mp2trn", "right"), ("t PySCF", "right"), ("t conv", "right"),
+                      ("E_corr PySCF (Eh)", "right"), ("|Δ| µEh", "right"), ("|ΔE_SCF| µEh", "right"),
+                      ("ECP e⁻", "right"), ("DF err µEh", "right"), ("t SCF", "right"), ("t mp2trn", "right"), ("t PySCF", "right"), ("t conv", "right"),
                       ("", "left")]:
         t.add_column(col, justify=just, no_wrap=True)
     for r in rows:
         if r.get("error"):
-            t.add_row(r["name"], "", "", r["basis"], *[""] * 11, f"[red]ERROR[/] {r['error']}")
+            t.add_row(r["name"], "", "", r["basis"], *[""] * 13, f"[red]ERROR[/] {r['error']}")
             continue
         status = "[green]ok[/]" if r["passed"] else "[red]FAIL[/]"
         name = r["name"] + ("" if not r["frozen"] else f" (fc {r['frozen']})")
         t.add_row(name, r["reference"], str(r["natm"]), r["basis"], r["nocc"], r["nvir"], str(r["naux"]),
                   f"{r['e_corr_mp2trn']:.10f}", f"{r['e_corr_pyscf']:.10f}", _ueh(r["abs_diff"]),
+                  _ueh(r.get("scf_abs_diff")), str(r.get("ecp_core_electrons") or ""),
                   _ueh(r["df_error"]), _s(r["t_scf"]), _s(r["t_mp2trn"]), _s(r["t_pyscf"]), _s(r["t_conventional"]),
                   status)
     return t
@@ -75,6 +76,8 @@ def summary_lines(kind: str, summary: dict[str, Any], tol_text: str) -> list[str
     lines = [f"{summary['passed']} of {summary['entries']} entries pass ({tol_text})"]
     if summary["max_abs_diff"] is not None:
         lines.append(f"max |E_corr(mp2trn) − E_corr(PySCF)| = {summary['max_abs_diff']:.3g} Eh")
+    if kind == "energy" and summary.get("max_scf_abs_diff") is not None:
+        lines.append(f"max |E_SCF(mp2trn) − E_SCF(PySCF's own SCF, same bases and ECPs)| = {summary['max_scf_abs_diff']:.3g} Eh")
     if kind == "energy" and summary.get("max_df_error_per_atom") is not None:
         lines.append(f"max DF error (PySCF DF-MP2 − conventional MP2) = {summary['max_df_error_per_atom'] * 1e6:.1f} µEh per atom")
     for label, key in (("MP2", "mp2_vs_reference_kcal"), ("SCS-MP2", "scs_mp2_vs_reference_kcal")):
@@ -107,7 +110,8 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
 def rows_markdown(kind: str, rows: list[dict[str, Any]]) -> str:
     if kind == "energy":
         head = ["molecule", "ref", "atoms", "basis", "nocc", "nvir", "naux", "E_corr mp2trn (Eh)",
-                "E_corr PySCF (Eh)", "\\|Δ\\| (µEh)", "DF error (µEh)", "t SCF (s)", "t mp2trn (s)", "t PySCF (s)",
+                "E_corr PySCF (Eh)", "\\|Δ\\| (µEh)", "\\|ΔE_SCF\\| vs PySCF's SCF (µEh)", "ECP core e⁻",
+                "DF error (µEh)", "t SCF (s)", "t mp2trn (s)", "t PySCF (s)",
                 "t conv. MP2 (s)"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
@@ -117,6 +121,7 @@ def rows_markdown(kind: str, rows: list[dict[str, Any]]) -> str:
             name = r["name"] + ("" if not r["frozen"] else f" (fc {r['frozen']})")
             cells = [name, r["reference"], r["natm"], r["basis"], r["nocc"], r["nvir"], r["naux"],
                      f"{r['e_corr_mp2trn']:.10f}", f"{r['e_corr_pyscf']:.10f}", _ueh(r["abs_diff"]),
+                     _ueh(r.get("scf_abs_diff")), r.get("ecp_core_electrons") or 0,
                      _ueh(r["df_error"]), _s(r["t_scf"]), _s(r["t_mp2trn"]), _s(r["t_pyscf"]),
                      _s(r["t_conventional"])]
             lines.append("| " + " | ".join(map(str, cells)) + " |")

@@ -30,7 +30,7 @@ from ..orbitals import select_frozen
 from ..pipeline import bind_device, compute, open_device
 from ..precision import tolerance_for
 from ..scratch import run_scratch
-from .pyscf_reference import conventional_mp2, pyscf_reference
+from .pyscf_reference import conventional_mp2, pyscf_reference, pyscf_scf_energy
 from .sets import MoleculeSet, SetEntry, molecules_dir
 
 
@@ -116,6 +116,8 @@ def validate_energy_entry(entry: SetEntry, cfg: ValidationConfig, device: Device
     tol = cfg.tolerance if cfg.tolerance is not None else tolerance_for(w.get("precision"))
     diff = abs(res.e_corr - ref.e_corr)
     mol = mf.mol
+    e_scf_ref = independent_scf_energy(mf, opts) if cfg.pyscf_check else None
+    scf_diff = None if e_scf_ref is None else abs(float(mf.e_tot) - e_scf_ref)
     return {
         "name": entry.name, "key": entry.key, "file": _display_path(entry.path), "reference": res.reference,
         "charge": int(mol.charge), "multiplicity": int(mol.spin) + 1, "natm": int(mol.natm),
@@ -126,8 +128,24 @@ def validate_energy_entry(entry: SetEntry, cfg: ValidationConfig, device: Device
         "e_scf": float(mf.e_tot), "e_corr_mp2trn": res.e_corr, "e_corr_pyscf": ref.e_corr, "abs_diff": diff,
         "e_corr_conventional": e_conv, "df_error": None if e_conv is None else ref.e_corr - e_conv,
         "t_scf": res.timings["scf"], "t_mp2trn": res.timings["mp2"], "t_pyscf": ref.seconds,
-        "t_conventional": t_conv, "tolerance": tol, "passed": bool(diff <= tol), "error": None,
+        "t_conventional": t_conv, "tolerance": tol, "e_scf_pyscf": e_scf_ref, "scf_abs_diff": scf_diff,
+        "ecp_core_electrons": int(sum(mol.atom_nelec_core(i) for i in range(mol.natm))),
+        "passed": bool(diff <= tol and (scf_diff is None or scf_diff <= tol)), "error": None,
     }
+
+
+def independent_scf_energy(mf, options: RunOptions) -> float:
+    """PySCF's own SCF on the molecule mp2trn built (same bases, ECPs, JK-fit basis; PySCF's J/K builds
+    and driver from scratch), for the end-to-end check of the SCF energy."""
+    from pyscf import scf
+
+    with_df = getattr(mf, "with_df", None)
+    if with_df is None:
+        ref = scf.RHF(mf.mol) if mf.mol.spin == 0 else scf.UHF(mf.mol)
+        ref.conv_tol, ref.verbose = options.conv_tol, 0
+        return float(ref.kernel())
+    grid = int(mf.grids.level) if hasattr(mf, "xc") else None
+    return float(pyscf_scf_energy(mf.mol, with_df.auxbasis, options.conv_tol, getattr(mf, "xc", None), grid).e_tot)
 
 
 @_guarded
@@ -210,6 +228,8 @@ def summarize(kind: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     if kind == "energy":
         dfe = [abs(r["df_error"]) / r["natm"] for r in ok if r.get("df_error") is not None]
         summary["max_df_error_per_atom"] = max(dfe) if dfe else None
+        scf = [r["scf_abs_diff"] for r in ok if r.get("scf_abs_diff") is not None]
+        summary["max_scf_abs_diff"] = max(scf) if scf else None
         summary["time_conventional"] = sum(r.get("t_conventional") or 0.0 for r in ok)
     else:
         summary["mp2_vs_reference_kcal"] = statistics([r["error_mp2_kcal"] for r in ok if r.get("error_mp2_kcal") is not None])
