@@ -191,37 +191,45 @@ def _solved_rows(mol: gto.Mole, auxmol: gto.Mole, low: np.ndarray, shells: tuple
         yield int(ao_loc[s0]), int(ao_loc[s1]), x.T
 
 
-def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0) -> np.ndarray | None:
-    """The SCF's density-fitted 3-index tensor, unpacked: B[P, μ, ν] = Σ_Q (L⁻¹)_PQ (Q|μν), fp64.
+def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0,
+                    packed: bool = False) -> np.ndarray | None:
+    """The SCF's density-fitted 3-index tensor: B[P, μ, ν] = Σ_Q (L⁻¹)_PQ (Q|μν), fp64.
 
     Dimensions: naux = auxmol.nao_nr(), nao = mol.nao_nr(). Returns (naux, nao, nao) C-contiguous, each
-    B_P symmetric; None when the metric (P|Q) = L Lᵀ is not positive definite (then PySCF's own build,
-    which drops linearly dependent combinations, is the right one).
+    B_P symmetric — or with ``packed`` (naux, nao(nao+1)/2), the lower triangle μ ≥ ν row by row (PySCF's
+    ``pack_tril`` order), half the memory; None when the metric (P|Q) = L Lᵀ is not positive definite (then
+    PySCF's own build, which drops linearly dependent combinations, is the right one).
 
-    The same tensor as PySCF's ``df.incore.cholesky_eri`` (its rows, unpacked), built straight into the
-    layout the J/K builds read: (Q|μν) for μ ≥ ν in row blocks of μ (≈ ``chunk_mb`` each), one triangular
-    solve per block, each row μ written into B[:, μ, :μ+1], then the upper triangles filled per P. No
-    packed copy is kept and nothing is unpacked again at the first J/K build.
+    The same tensor as PySCF's ``df.incore.cholesky_eri`` (its rows, unpacked unless ``packed``), built
+    straight into the layout the J/K builds read: (Q|μν) for μ ≥ ν in row blocks of μ (≈ ``chunk_mb``
+    each), one triangular solve per block; unpacked, each row μ is written into B[:, μ, :μ+1] and the upper
+    triangles are filled per P; packed, each block is already a contiguous run of pair columns.
     """
     low = _metric_factor(auxmol)
     if low is None:
         return None
     nao, naux = mol.nao_nr(), auxmol.nao_nr()
-    out = prefaulted_empty((naux, nao, nao))
+    out = prefaulted_empty((naux, nao * (nao + 1) // 2) if packed else (naux, nao, nao))
     for m0, m1, x in _solved_rows(mol, auxmol, low, (0, mol.nbas), chunk_mb):
+        if packed:
+            p0 = m0 * (m0 + 1) // 2
+            out[:, p0 : p0 + x.shape[1]] = x
+            continue
         off = 0
         for mu in range(m0, m1):
             out[:, mu, : mu + 1] = x[:, off : off + mu + 1]
             off += mu + 1
-    for b in out:
-        lib.hermi_triu(b, inplace=True)
+    if not packed:
+        for b in out:
+            lib.hermi_triu(b, inplace=True)
     return out
 
 
-def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm: Comm, chunk_mb: float = 256.0) -> np.ndarray | None:
+def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm: Comm, chunk_mb: float = 256.0,
+                          packed: bool = False) -> np.ndarray | None:
     """This rank's auxiliary rows of :func:`cholesky_tensor` when the SCF is spread over ranks:
-    (naux_r, nao, nao) for rows ``balanced_counts(naux, size)``; None when the metric is not positive
-    definite.
+    (naux_r, nao, nao) — or (naux_r, nao(nao+1)/2) with ``packed`` — for rows ``balanced_counts(naux,
+    size)``; None when the metric is not positive definite.
 
     Each rank solves the pair columns of its share of the orbital shells (shares of equal pair count), then
     an all-to-all turns pair columns into auxiliary rows: no rank ever holds the whole tensor.
@@ -240,4 +248,4 @@ def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm: Comm, chunk_mb:
         off += x.shape[1]
     rows = comm.cols_to_rows(mine, balanced_counts(auxmol.nao_nr(), comm.size), cols, "scf_tensor")
     del mine
-    return lib.unpack_tril(rows)
+    return rows if packed else lib.unpack_tril(rows)

@@ -30,7 +30,7 @@ from pyscf import df, lib
 from .devices import Device, get_device
 from .df import cholesky_tensor, cholesky_tensor_share
 from .errors import InputError
-from .memory import budget_mb
+from .memory import budget_mb, prefetched
 from .parallel import Comm, balanced_counts, offsets
 from .precision import Precision, get_precision
 
@@ -111,6 +111,7 @@ class DeviceJK(df.DF):
         self.cycles: list[str] = []
         self._converged = False
         self.streamed = False
+        self.layout = "packed" if device.jk_packed else "unpacked"
 
     # -- the tensor on the device ------------------------------------------------------------------
     def _runs_on(self, mode: Precision) -> Device:
@@ -127,10 +128,14 @@ class DeviceJK(df.DF):
     def _tensor_blocks(self, dtype: np.dtype, device: Device):
         """Device blocks of the tensor in ``dtype``: kept when the tensor fits the budget, else streamed.
 
-        Resident: the unpacked fp64 tensor (naux, nao, nao) is made once per SCF — built straight into
-        that layout (:func:`mp2trn.df.cholesky_tensor`) when PySCF has not built its own, else unpacked
-        from it — and the device blocks are made from it (on the CPU in fp64: views, no copy). Streamed:
-        PySCF builds its tensor (in its HDF5 file when it is large) and every build unpacks it block by block.
+        The layout is the device's (:attr:`Device.jk_packed`): packed rows (μ ≥ ν, half the memory; the
+        CPU unpacks a few rows at a time as a build reads them) or unpacked (p, nao, nao) rows. Resident:
+        the fp64 host tensor is made once per SCF — built straight into that layout
+        (:func:`mp2trn.df.cholesky_tensor`) when PySCF has not built its own, else taken from PySCF's
+        (packed: as it is; unpacked: unpacked once) — and the device blocks are made from it. The plan
+        counts the host tensor and the copy the device keeps (:meth:`Device.jk_copy_itemsize`; none on the
+        CPU). Streamed: PySCF builds its tensor (in its HDF5 file when it is large) and every build reads it
+        block by block.
         """
         if self._blocks is not None and self._blocks_dtype == (dtype, device.name):
             return self._blocks
@@ -140,41 +145,54 @@ class DeviceJK(df.DF):
             self.auxmol = df.addons.make_auxmol(self.mol, self.auxbasis)
         naux = self.auxmol.nao_nr() if self._cderi is None else self.get_naoaux()
         naux = balanced_counts(naux, self.comm.size)[self.comm.rank]   # this rank's rows
-        # the fp64 host tensor plus a device copy in ``dtype`` (none on the CPU in fp64, counted anyway)
-        resident = naux * nao * nao * (8 + dtype.itemsize) <= _RESIDENT_SHARE * self.budget * 1e6
-        per_aux = nao * nao * (8 + 2 * dtype.itemsize)   # a streamed block: unpacked fp64, device copy, X
-        blksize = int(max(1, min(naux, 256, (0.2 * self.budget * 1e6) // per_aux)))
+        packed = device.jk_packed
+        per_row = nao * (nao + 1) // 2 if packed else nao * nao
+        copy = device.jk_copy_itemsize(dtype)
+        resident = naux * per_row * (8 + copy) <= _RESIDENT_SHARE * self.budget * 1e6
+        # a streamed block: the rows read (fp64), unpacked for the device if it takes them so, its copy;
+        # two blocks are alive at once (the one in use and the one the reader thread makes)
+        per_aux = per_row * 8 + (0 if packed else nao * nao * 8) + per_row * copy
+        blksize = int(max(1, min(naux, 256, (0.1 * self.budget * 1e6) // per_aux)))
         self.streamed = not resident
-        if not resident:
+        self.layout = "packed" if packed else "unpacked"
+        if not resident:   # the next block is read (and unpacked) by a thread while this one is used
             mine = (b for k, b in enumerate(self.loop(blksize)) if k % self.comm.size == self.comm.rank)
-            return (device.jk_tensor(lib.unpack_tril(b), dtype) for b in mine)
+            return prefetched(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype) for b in mine)
         if self._full is None:
-            self._full = self._unpacked_tensor(nao)
+            self._full = self._resident_tensor(nao, packed)
         self._blocks = [device.jk_tensor(self._full[p0 : p0 + blksize], dtype)
                         for p0 in range(0, self._full.shape[0], blksize)]
         self._blocks_dtype = (dtype, device.name)
         return self._blocks
 
-    def _unpacked_tensor(self, nao: int) -> np.ndarray:
-        """The whole tensor unpacked, (naux, nao, nao) fp64; ``self.tensor_source`` says how it was made."""
+    def _resident_tensor(self, nao: int, packed: bool) -> np.ndarray:
+        """This rank's rows of the tensor, fp64, packed (naux_r, nao(nao+1)/2) or unpacked (naux_r, nao,
+        nao); ``self.tensor_source`` says how it was made."""
         comm = self.comm
         if self._cderi is None:
-            full = cholesky_tensor(self.mol, self.auxmol) if comm.size == 1 else \
-                cholesky_tensor_share(self.mol, self.auxmol, comm)
+            full = cholesky_tensor(self.mol, self.auxmol, packed=packed) if comm.size == 1 else \
+                cholesky_tensor_share(self.mol, self.auxmol, comm, packed=packed)
             if full is not None:
                 self.tensor_source = "built by mp2trn in the device layout" + \
                     (f", this rank's {full.shape[0]} of {self.auxmol.nao_nr()} rows" if comm.size > 1 else "")
                 return full
             self.build()  # a metric that is not positive definite: PySCF's build handles that
-        self.tensor_source = "PySCF's tensor, unpacked"
         starts = offsets(balanced_counts(self.get_naoaux(), comm.size))
         lo, hi = starts[comm.rank], starts[comm.rank + 1]
-        full = np.empty((hi - lo, nao, nao))
+        if packed and isinstance(self._cderi, np.ndarray) and comm.size == 1:
+            self.tensor_source = "PySCF's tensor, as it is"
+            return self._cderi
+        self.tensor_source = "PySCF's tensor" + (", unpacked" if not packed else ", copied")
+        npair = nao * (nao + 1) // 2
+        full = np.empty((hi - lo, npair) if packed else (hi - lo, nao, nao))
         p0 = 0
         for b in self.loop():   # keep this rank's rows [lo, hi)
             a, z = max(p0, lo), min(p0 + len(b), hi)
             if a < z:
-                lib.unpack_tril(b[a - p0 : z - p0], out=full[a - lo : z - lo])
+                if packed:
+                    full[a - lo : z - lo] = b[a - p0 : z - p0]
+                else:
+                    lib.unpack_tril(b[a - p0 : z - p0], out=full[a - lo : z - lo])
             p0 += len(b)
         return full
 
@@ -244,8 +262,8 @@ class DeviceJK(df.DF):
             "build_precisions": [b["precision"] for b in builds],
             "jk_seconds": sum(b["seconds"] for b in builds),
             "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
-            "tensor": "streamed from PySCF's tensor at every build" if self.streamed else
-                      f"resident on the device ({self.tensor_source})",
+            "tensor": (f"streamed from PySCF's tensor at every build ({self.layout})" if self.streamed else
+                       f"resident on the device ({self.layout}, {self.tensor_source})"),
             **({"ranks": self.comm.size} if self.comm.size > 1 else {}),
         }
 

@@ -189,3 +189,44 @@ def check_budget_before_scf(nao: int, nelec: tuple[int, int], naux: int, max_aux
     """
     spins = [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(nelec))]
     plan_blocks(nao, naux, spins, max_aux_shell, budget, itemsize=itemsize)
+
+
+def prefetched(blocks, depth: int = 1):
+    """Yield the items of the iterable ``blocks``, each made by a reader thread while the caller works on
+    the one before (at most ``depth`` made ahead): a streamed J/K build reads its next tensor block from
+    memory or HDF5 (and unpacks it) while the device computes on the current one. Errors of the reader
+    are raised in the caller; a caller that stops early stops the reader at its next item."""
+    import queue
+
+    done = object()
+    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            for item in blocks:
+                while not stop.is_set():
+                    try:
+                        q.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(("end", done))
+        except BaseException as exc:  # handed to the caller
+            q.put(("error", exc))
+
+    reader = threading.Thread(target=read, name="mp2trn-prefetch", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join(timeout=5)

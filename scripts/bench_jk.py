@@ -4,6 +4,9 @@
     python scripts/bench_jk.py --xyz molecules/benzene.xyz --basis cc-pvtz --repeat 5
     python scripts/bench_jk.py --cast          # only: the tensor in fp32, kept copy vs reused buffer
     python scripts/bench_jk.py --peak          # only: this machine's DGEMM and SGEMM rates (4000² GEMM)
+    python scripts/bench_jk.py --layouts       # also the unpacked layout (naux, nao, nao) on the cpu device
+    python scripts/bench_jk.py --stream        # only: PySCF's tensor in its HDF5 file, streamed builds vs
+                                               # PySCF's outcore get_jk on that file vs resident builds
 
 Prints seconds per build (best of --repeat), GFLOP/s of the exchange build (counted as
 4·naux·nao²·nocc: the half-transform B_P C and the rank update, as PySCF counts none of the syrk saving),
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from pyscf import scf
 
+from mp2trn.devices.cpu import CpuDevice
 from mp2trn.jk import density_fit_jk
 from mp2trn.machine import machine_description
 from mp2trn.memory import default_memory_mb
@@ -102,6 +106,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peak", action="store_true", help="only print this machine's DGEMM and SGEMM rates")
     ap.add_argument("--cast", action="store_true", help="only time the fp32 copy against per-build conversions")
+    ap.add_argument("--layouts", action="store_true", help="also time the unpacked tensor layout")
+    ap.add_argument("--stream", action="store_true", help="only time streamed builds from PySCF's HDF5 tensor")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     if args.peak:
@@ -109,6 +115,9 @@ def main() -> None:
         return
     if args.cast:
         cast_costs(mol)
+        return
+    if args.stream:
+        stream_costs(mol, args.precision, args.repeat)
         return
     ref = scf.RHF(mol).density_fit()
     ref.with_df.build()
@@ -122,16 +131,55 @@ def main() -> None:
     print("| code | s per J/K build | GFLOP/s (K) | speed-up vs PySCF | max abs dJ | max abs dK |")
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| PySCF get_jk (fp64) | {t_ref:.3f} | {flops / t_ref / 1e9:.0f} | 1.00 | 0 | 0 |")
+    devices = [(args.device, None)] + ([("cpu", "unpacked")] if args.layouts else [])
     for precision in args.precision:
-        mf = density_fit_jk(scf.RHF(mol).density_fit(), device=args.device, precision=precision,
-                            max_memory=default_memory_mb())   # the budget of a run: the tensor stays resident
-        mf.with_df._cderi = ref.with_df._cderi
-        mf.get_jk(mol, dm)  # the first build moves the tensor to the device (once per SCF)
-        (vj, vk), t = best(lambda: mf.get_jk(mol, dm), args.repeat)
-        where = "resident" if not mf.with_df.streamed else "streamed"
-        print(f"| mp2trn {args.device} {precision} ({where}) | {t:.3f} | {flops / t / 1e9:.0f} | {t_ref / t:.2f} | "
-              f"{np.abs(vj - vj0).max():.1e} | {np.abs(vk - vk0).max():.1e} |")
-        mf.with_df.release()
+        for name, variant in devices:
+            device = UnpackedCpu(precision) if variant else name
+            mf = density_fit_jk(scf.RHF(mol).density_fit(), device=device, precision=None if variant else precision,
+                                max_memory=default_memory_mb())   # the budget of a run: the tensor stays resident
+            mf.with_df._cderi = ref.with_df._cderi
+            mf.get_jk(mol, dm)  # the first build moves the tensor to the device (once per SCF)
+            (vj, vk), t = best(lambda: mf.get_jk(mol, dm), args.repeat)
+            where = ("resident" if not mf.with_df.streamed else "streamed") + f", {mf.with_df.layout}"
+            print(f"| mp2trn {name} {precision} ({where}) | {t:.3f} | {flops / t / 1e9:.0f} | {t_ref / t:.2f} | "
+                  f"{np.abs(vj - vj0).max():.1e} | {np.abs(vk - vk0).max():.1e} |")
+            mf.with_df.release()
+
+
+class UnpackedCpu(CpuDevice):
+    """The cpu device reading the unpacked (naux, nao, nao) tensor, as it did before the packed layout."""
+
+    jk_packed = False
+
+
+def stream_costs(mol, precisions: list[str], repeat: int) -> None:
+    """PySCF's tensor in its HDF5 file: PySCF's outcore get_jk on it, mp2trn's streamed builds from it
+    (a budget below the resident tensor; the reader thread overlaps reading and unpacking the next block
+    with the build), and mp2trn's resident build for reference."""
+    ref = scf.RHF(mol).density_fit()
+    ref.with_df.max_memory = 1   # MB: PySCF writes its tensor to its HDF5 file
+    ref.with_df.build()
+    assert not isinstance(ref.with_df._cderi, np.ndarray)
+    mo_energy, mo_coeff = ref.eig(ref.get_hcore() + ref.get_veff(mol, ref.get_init_guess()), ref.get_ovlp())
+    dm = ref.make_rdm1(mo_coeff, ref.get_occ(mo_energy, mo_coeff))
+    nao, naux = mol.nao_nr(), ref.with_df.get_naoaux()
+    packed_mb = naux * nao * (nao + 1) / 2 * 8 / 1e6
+    ref.with_df.max_memory = default_memory_mb()
+    (vj0, vk0), t_ref = best(lambda: ref.get_jk(mol, dm), repeat)
+    print(f"nao {nao}, naux {naux}: packed tensor {packed_mb:.0f} MB in PySCF's HDF5 file; {machine_description()}")
+    print("| code | s per J/K build | vs PySCF outcore | max abs dJ | max abs dK |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| PySCF get_jk, tensor in its HDF5 file | {t_ref:.3f} | 1.00 | 0 | 0 |")
+    for precision in precisions:
+        for label, budget in (("streamed from the HDF5 file", 0.5 * packed_mb), ("resident", default_memory_mb())):
+            mf = density_fit_jk(scf.RHF(mol).density_fit(), device="cpu", precision=precision, max_memory=budget)
+            mf.with_df._cderi = ref.with_df._cderi
+            mf.get_jk(mol, dm)
+            (vj, vk), t = best(lambda: mf.get_jk(mol, dm), repeat)
+            assert mf.with_df.streamed == (label != "resident")
+            print(f"| mp2trn cpu {precision}, {label} | {t:.3f} | {t_ref / t:.2f} | {np.abs(vj - vj0).max():.1e} "
+                  f"| {np.abs(vk - vk0).max():.1e} |")
+            mf.with_df.release()
 
 
 if __name__ == "__main__":

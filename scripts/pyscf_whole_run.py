@@ -5,7 +5,7 @@
 
 Imports PySCF only (not mp2trn, which sets thread-related environment defaults on import), so that
 ``scripts/bench_end_to_end.py`` can run it in a process of its own, with the environment it chooses.
-Prints one JSON line: seconds (whole, SCF, MP2), SCF cycles, E_SCF and E_total (Eh).
+Prints one JSON line: seconds (whole, SCF, MP2), SCF cycles, E_SCF and E_total (Eh), peak RSS (MB).
 """
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ def main() -> None:
         pt.max_memory = args.max_memory
     pt.kernel(with_t2=False)
     t = time.perf_counter() - t0
+    import resource
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6   # Linux: KiB
     print(json.dumps({"seconds": t, "scf_seconds": t_scf, "mp2_seconds": t - t_scf, "cycles": int(mf.cycles),
                       "converged": bool(mf.converged), "e_scf": float(mf.e_tot),
-                      "e_tot": float(mf.e_tot + pt.e_corr)}))
+                      "e_tot": float(mf.e_tot + pt.e_corr), "peak_rss_mb": peak_mb}))
 
 
 if __name__ == "__main__":

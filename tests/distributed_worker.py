@@ -51,6 +51,7 @@ CASES = {
     "methylene_uhf_frozen": ("methylene_triplet", {"basis": "cc-pvdz", "frozen": "auto"}),
     "water_sim": ("water", {"basis": "cc-pvdz", "device": "sim"}),
     "hydroxyl_sim_small_blocks": ("hydroxyl", {"basis": "cc-pvdz", "device": "sim-one-orbital-blocks"}),
+    "stannane_ecp": ("heavy/stannane", {"basis": "def2-svp"}),   # the tin ECP over ranks
 }
 
 

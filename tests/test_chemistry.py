@@ -280,3 +280,32 @@ def test_heavy_set_end_to_end_against_pyscf(tmp_path):
     assert by_name["iodomethyl/def2-svp"]["reference"] == "UHF"
     assert by_name["ammonia_in_complex_basis/def2-svp"]["ecp_core_electrons"] == 0   # ghost iodine: no ECP
     assert (tmp_path / "validate_heavy_cpu_fp64.md").is_file()
+
+
+# -- everything downstream with ECP molecules ---------------------------------------------------------
+def test_counterpoise_with_ghost_heavy_atoms():
+    ie = mp2trn.interaction_energy("molecules/heavy/ammonia_iodine.xyz", split=4, basis="def2-svp")
+    cores = [sum(a["core_electrons"] for a in (c.result.what_ran["bases"]["ecp"] or {"atoms": []})["atoms"])
+             for c in ie.calculations]
+    # the complex and I2 in the complex's basis carry two iodine ECPs; NH3 with ghost iodine none
+    assert sorted(cores) == [0, 56, 56]
+    assert len({c.result.sizes["nao"] for c in ie.calculations}) == 1
+    assert -10 < ie.delta["mp2_total"] * 627.5 < 0
+
+
+def test_sim_device_and_ecp():
+    cpu = mp2trn.run(HI, basis="def2-svp")
+    sim = mp2trn.run(HI, basis="def2-svp", device="sim")
+    assert sim.what_ran["bases"]["ecp"]["core_electrons"] == 28
+    assert abs(sim.e_hf - cpu.e_hf) < 1e-7 and abs(sim.e_corr - cpu.e_corr) < 1e-6
+
+
+def test_batch_with_ecp_molecules(tmp_path):
+    (tmp_path / "hi.xyz").write_text(HI)
+    out = tmp_path / "res.jsonl"
+    res = runner.invoke(app, ["batch", str(tmp_path / "hi.xyz"), "molecules/heavy/stannane.xyz", "--out", str(out),
+                              "--basis", "def2-svp", "--method", "scs-mp2", "-q"])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["result"]["extras"]["mp2trn"]["bases"]["ecp"]["core_electrons"] for r in recs] == [28, 28]
+    assert all(r["result"]["model"]["method"] == "scs-mp2" for r in recs)

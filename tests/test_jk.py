@@ -8,6 +8,7 @@ import pytest
 from pyscf import scf
 
 import mp2trn
+import mp2trn.devices.cpu
 from mp2trn.devices import get_device
 from mp2trn.errors import InputError
 from mp2trn.jk import density_factors, density_fit_jk
@@ -128,10 +129,10 @@ def test_tensor_sources_are_recorded(references, monkeypatch):
     dm = ref.make_rdm1()
     vj0, vk0 = ref.get_jk(ref.mol, dm)
     cases = [(density_fit_jk(_fresh(ref)), "built by mp2trn in the device layout", False),
-             (density_fit_jk(_fresh(ref)), "PySCF's tensor, unpacked", True)]
+             (density_fit_jk(_fresh(ref)), "PySCF's tensor, as it is", True)]
     for mf, source, not_positive_definite in cases:
         if not_positive_definite:
-            monkeypatch.setattr(mp2trn.jk, "cholesky_tensor", lambda *a: None)
+            monkeypatch.setattr(mp2trn.jk, "cholesky_tensor", lambda *a, **k: None)
         assert mf.with_df._cderi is None
         vj, vk = mf.get_jk(ref.mol, dm)
         assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
@@ -140,7 +141,62 @@ def test_tensor_sources_are_recorded(references, monkeypatch):
     own.with_df.build()
     mf = density_fit_jk(own)
     mf.get_jk(ref.mol, dm)
-    assert "PySCF's tensor, unpacked" in mf.with_df.jk_record()["tensor"]
+    assert "packed, PySCF's tensor, as it is" in mf.with_df.jk_record()["tensor"]
+    assert mf.with_df._full is own.with_df._cderi   # the packed tensor is read where it is: no copy
+    unpacked = density_fit_jk(_fresh(ref), device=_UnpackedCpu())
+    unpacked.with_df.build()
+    unpacked.get_jk(ref.mol, dm)
+    assert "unpacked, PySCF's tensor, unpacked" in unpacked.with_df.jk_record()["tensor"]
+
+
+class _UnpackedCpu(mp2trn.devices.cpu.CpuDevice):
+    """The CPU device reading the unpacked (naux, nao, nao) tensor, as the accelerators do."""
+
+    jk_packed = False
+
+    def __init__(self, precision="fp64"):
+        super().__init__(precision)
+
+
+@pytest.mark.parametrize("precision,tol", [("fp64", 1e-12), ("fp32", 2e-6)])
+@pytest.mark.parametrize("name", ["water", "hydroxyl"])
+def test_packed_builds_equal_unpacked(references, name, precision, tol):
+    """The packed layout (half the memory; rows unpacked a few at a time as builds read them) gives the
+    unpacked layout's J and K: to 1e-12 in fp64, to fp32 rounding in fp32."""
+    ref = references[name]
+    dm = ref.make_rdm1()
+    packed = density_fit_jk(_fresh(ref), device=get_device("cpu", precision))
+    unpacked = density_fit_jk(_fresh(ref), device=_UnpackedCpu(precision))
+    (vj1, vk1), (vj0, vk0) = packed.get_jk(ref.mol, dm), unpacked.get_jk(ref.mol, dm)
+    assert packed.with_df.layout == "packed" and unpacked.with_df.layout == "unpacked"
+    assert packed.with_df._full.ndim == 2 and unpacked.with_df._full.ndim == 3
+    scale = 1.0 if precision == "fp64" else max(np.abs(vj0).max(), np.abs(vk0).max())
+    assert np.abs(vj1 - vj0).max() <= tol * scale and np.abs(vk1 - vk0).max() <= tol * scale
+    bare_j, bare_k = packed.get_jk(ref.mol, np.asarray(dm))   # eigen-factors of a bare density
+    assert np.abs(bare_j - vj0).max() <= tol * scale and np.abs(bare_k - vk0).max() <= tol * scale
+
+
+def test_streamed_equals_resident(references):
+    """A budget too small for the resident tensor streams PySCF's tensor block by block: same J and K."""
+    ref = references["water"]
+    dm = ref.make_rdm1()
+    resident = density_fit_jk(_fresh(ref))
+    streamed = density_fit_jk(_fresh(ref), max_memory=0.2)
+    (vj1, vk1), (vj0, vk0) = streamed.get_jk(ref.mol, dm), resident.get_jk(ref.mol, dm)
+    assert streamed.with_df.streamed and not resident.with_df.streamed
+    assert np.abs(vj1 - vj0).max() < 1e-12 and np.abs(vk1 - vk0).max() < 1e-12
+
+
+def test_packed_tensor_equals_pyscfs():
+    from pyscf import df
+
+    from mp2trn.df import cholesky_tensor
+
+    mol = build_mole(GHOST_WATER, basis="cc-pvdz")
+    auxmol = df.addons.make_auxmol(mol, df.make_auxbasis(mol))
+    ours = cholesky_tensor(mol, auxmol, chunk_mb=0.01, packed=True)
+    ref = df.incore.cholesky_eri(mol, auxmol=auxmol)
+    assert ours.shape == ref.shape and np.abs(ours - ref).max() < 1e-12
 
 
 @pytest.mark.parametrize("name,precision,tol", [

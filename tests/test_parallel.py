@@ -60,7 +60,7 @@ def _one_rank(name: str) -> mp2trn.MP2Result:
     return run_case(name)
 
 
-@pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks", "methylene_uhf_frozen"])
+@pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks", "methylene_uhf_frozen", "stannane_ecp"])
 def test_two_ranks_give_the_one_rank_energies(two_rank_results, name):
     ref = _one_rank(name)
     for record in two_rank_results[name]:   # every rank returns the same result

@@ -115,12 +115,21 @@ class Device(ABC):
     #: an NKI device) runs on the host CPU, and the SCF record says so per cycle
     jk_precisions: tuple[str, ...] | None = None
 
+    #: whether :meth:`jk_tensor` takes packed rows (p, nao(nao+1)/2), μ ≥ ν, and unpacks them as the builds
+    #: read them (half the host memory of the tensor); else it takes unpacked (p, nao, nao) rows
+    jk_packed: bool = False
+
+    def jk_copy_itemsize(self, dtype: np.dtype) -> int:
+        """Bytes per tensor element the device keeps besides the host tensor for builds in ``dtype``
+        (its copy of the blocks); the memory plan of the SCF counts them."""
+        return np.dtype(dtype).itemsize
+
     def jk_tensor(self, block: np.ndarray, dtype: np.dtype) -> Any:
         """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
 
-        block: (p, nao, nao) fp64 rows B_P (each symmetric), a view into the host tensor; dtype: the
-        arithmetic of the builds that will use it. Returns a device-side handle for :meth:`jk_block`
-        (on the CPU in the same dtype, the block itself: no copy).
+        block: fp64 rows B_P (each symmetric), a view into the host tensor: (p, nao(nao+1)/2) packed when
+        :attr:`jk_packed`, else (p, nao, nao); dtype: the arithmetic of the builds that will use it. Returns
+        a device-side handle for :meth:`jk_block` (on the CPU, a view or a note to convert as it reads).
         """
         raise NotImplementedError(f"device {self.name!r} has no J/K stage")
 

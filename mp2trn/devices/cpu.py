@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pyscf import lib
 from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
 
@@ -27,7 +28,9 @@ class CpuDevice(Device):
         self.precision = precision
         self._dtype = self.mode.compute
         self._jk_bufs: tuple[np.ndarray, np.ndarray] | None = None   # J/K work buffers, kept between builds
-        self._jk_cast: np.ndarray | None = None   # a few tensor rows in reduced precision, rewritten each build
+        self._jk_cast: np.ndarray | None = None   # a few tensor rows in the build's dtype, rewritten each build
+        self._jk_stage: np.ndarray | None = None  # the same rows unpacked in fp64 (packed rows, reduced builds)
+        self._jk_unpacked: np.ndarray | None = None  # packed rows unpacked for an fp64 build, rewritten each build
         # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
         # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
         # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
@@ -90,28 +93,45 @@ class CpuDevice(Device):
     # -- SCF J/K --------------------------------------------------------------------------------------
     has_jk = True
 
-    def jk_tensor(self, block, dtype):
-        # fp64: the host block itself. Reduced: converted at every build, a few rows at a time into a small
-        # reused buffer (_jk_block_converted), not kept as a second copy of the tensor: fresh pages are
-        # slow to touch on this kind of machine (Inosine/cc-pVDZ: an fp32 copy of the 1.4 GB tensor 0.7-1.7 s
-        # once, against ~7 fp32 builds of 0.28 s converting as they go; scripts/bench_jk.py --cast)
-        return block if dtype == np.float64 else _Cast(block, np.dtype(dtype))
+    #: the J/K builds read the packed tensor (μ ≥ ν), unpacking a few rows at a time in cache
+    jk_packed = True
 
-    def _jk_block_converted(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
-        """J/K of one block in reduced precision from its fp64 rows, converted ``_CAST_CHUNK_BYTES`` at a
-        time into a reused buffer that the GEMMs read while it is still in cache.
+    def jk_copy_itemsize(self, dtype) -> int:
+        return 0   # no device copy: builds read the host tensor (converted or unpacked as they go)
+
+    def jk_tensor(self, block, dtype):
+        # Unpacked fp64: the host block itself. Reduced precision or packed rows: converted/unpacked at
+        # every build, a few rows at a time into a small reused buffer (_jk_block_chunked), not kept as a
+        # second copy of the tensor: fresh pages are slow to touch on this kind of machine (Inosine/cc-pVDZ:
+        # an fp32 copy of the 1.4 GB tensor 0.7-1.7 s once, against ~7 fp32 builds of 0.28 s converting as
+        # they go; scripts/bench_jk.py --cast)
+        dtype = np.dtype(dtype)
+        if block.ndim == 2:
+            return _Cast(block, dtype, nao_of_pairs(block.shape[1]))
+        return block if dtype == np.float64 else _Cast(block, dtype, block.shape[1])
+
+    def _jk_block_chunked(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
+        """J/K of one block from its fp64 rows (unpacked, or packed μ ≥ ν), converted to the build's dtype
+        and/or unpacked ``_CAST_CHUNK_BYTES`` at a time into a reused buffer that the GEMMs read while it is
+        still in cache.
 
         Per chunk of rows P: Z[P, i, ν] = (Cᵀ B_P)[i, ν] for each factor (one batched GEMM), ρ_P from Z,
         and J += Σ_P ρ_P B_P; then K = Zᵀ Z per factor over the whole block (one syrk). Converting whole
         256-row blocks before the GEMMs cost 0.361 s per build on Vitamin C/cc-pVTZ against 0.333 s so,
         0.296 s against 0.277 s on Inosine/cc-pVDZ (``python scripts/bench_jk.py --cast``).
         """
-        src, dtype = handle.block, handle.dtype
-        p, nao, _ = src.shape
+        src, dtype, nao = handle.block, handle.dtype, handle.nao
+        p = src.shape[0]
+        packed = src.ndim == 2
         rows = max(1, int(_CAST_CHUNK_BYTES // (nao * nao * dtype.itemsize)))
         chunk = self._jk_cast
         if chunk is None or chunk.dtype != dtype or chunk.shape != (rows, nao, nao):
             chunk = self._jk_cast = np.empty((rows, nao, nao), dtype)
+        staging = None
+        if packed and dtype != np.float64:   # PySCF unpacks fp64: unpack there, then convert in cache
+            staging = self._jk_stage
+            if staging is None or staging.shape != (rows, nao, nao):
+                staging = self._jk_stage = np.empty((rows, nao, nao))
         terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
         zs = [np.empty((p, ct.shape[0], nao), dtype) for ct, _ in terms]
         dm_flat = np.asarray(dm, dtype=dtype).ravel() if with_j and not terms else None
@@ -119,7 +139,13 @@ class CpuDevice(Device):
         for r0 in range(0, p, rows):
             r1 = min(p, r0 + rows)
             b = chunk[: r1 - r0]
-            np.copyto(b, src[r0:r1], casting="same_kind")
+            if not packed:
+                np.copyto(b, src[r0:r1], casting="same_kind")
+            else:   # one thread: the GEMMs' BLAS threads are still spinning between calls (mp2trn.threads)
+                with lib.with_omp_threads(1):
+                    lib.unpack_tril(src[r0:r1], out=b if staging is None else staging[: r1 - r0])
+                if staging is not None:
+                    np.copyto(b, staging[: r1 - r0], casting="same_kind")
             rho = np.zeros(r1 - r0, dtype)
             for (ct, sign), z in zip(terms, zs):
                 np.matmul(ct, b, out=z[r0:r1])
@@ -140,8 +166,34 @@ class CpuDevice(Device):
         return (None if vj is None else vj.reshape(nao, nao).astype(np.float64)), vk
 
     def jk_block(self, block, factors, dm, with_j, with_k):
+        if isinstance(block, _Cast) and block.block.ndim == 2 and block.dtype == np.float64:
+            return self._jk_block_unpacking(block, factors, dm, with_j, with_k)
         if isinstance(block, _Cast):
-            return self._jk_block_converted(block, factors, dm, with_j, with_k)
+            return self._jk_block_chunked(block, factors, dm, with_j, with_k)
+        return self._jk_block_fp64(block, factors, dm, with_j, with_k)
+
+    def _jk_block_unpacking(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
+        """fp64 J/K of packed rows: ``_UNPACK_CHUNK_BYTES`` of rows at a time unpacked into a reused
+        buffer that stays in cache (PySCF's unpack, one thread), each chunk through the unpacked build
+        (tall GEMM + syrk). Inosine/cc-pVDZ, one build: 0.71-0.76 s, of which 0.12 s unpacking, against
+        0.65-0.69 s from the unpacked tensor (twice the memory); 16-32 MB chunks, out of cache: 0.82-0.86 s;
+        the few-rows path of the fp32 builds: 1.3 s (``python scripts/bench_jk.py --layouts``, noisy)."""
+        src, nao = handle.block, handle.nao
+        rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
+        buf = self._jk_unpacked
+        if buf is None or buf.shape != (rows, nao, nao):
+            buf = self._jk_unpacked = np.empty((rows, nao, nao))
+        vj = vk = None
+        for r0 in range(0, src.shape[0], rows):
+            r1 = min(src.shape[0], r0 + rows)
+            with lib.with_omp_threads(1):   # the GEMMs' BLAS threads still spin between calls
+                b = lib.unpack_tril(src[r0:r1], out=buf[: r1 - r0])
+            j_part, k_part = self._jk_block_fp64(b, factors, dm, with_j, with_k)
+            vj = j_part if vj is None else vj + j_part
+            vk = k_part if vk is None else vk + k_part
+        return vj, vk
+
+    def _jk_block_fp64(self, block, factors, dm, with_j, with_k):
         p, nao, _ = block.shape
         vj = vk = None
         rho = np.zeros(p)
@@ -181,7 +233,7 @@ class CpuDevice(Device):
 
     def release_jk(self) -> None:
         """Drop the J/K work buffers (after the SCF)."""
-        self._jk_bufs = self._jk_cast = None
+        self._jk_bufs = self._jk_cast = self._jk_stage = self._jk_unpacked = None
 
     def contract_aux(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """T block = xᵀ y over the aux index: x (naux, m), y (naux, n) → (m, n).
@@ -194,15 +246,26 @@ class CpuDevice(Device):
 #: the rows of a reduced-precision tensor block converted at a time: a few MB, so that they are still in
 #: cache when the GEMMs read them (Inosine/cc-pVDZ: 9 rows, Vitamin C/cc-pVTZ: 4)
 _CAST_CHUNK_BYTES = 4e6
+#: packed rows unpacked at a time for an fp64 build: enough rows for a tall GEMM, small next to the tensor
+_UNPACK_CHUNK_BYTES = 4e6
 
 
 class _Cast:
-    """A host tensor block to be used in ``dtype`` (converted when a build reads it)."""
+    """A host tensor block to be used in ``dtype``, unpacked ((p, nao, nao)) or packed ((p, nao(nao+1)/2)),
+    converted and/or unpacked when a build reads it."""
 
-    __slots__ = ("block", "dtype")
+    __slots__ = ("block", "dtype", "nao")
 
-    def __init__(self, block: np.ndarray, dtype: np.dtype):
-        self.block, self.dtype = block, dtype
+    def __init__(self, block: np.ndarray, dtype: np.dtype, nao: int):
+        self.block, self.dtype, self.nao = block, dtype, nao
+
+
+def nao_of_pairs(npair: int) -> int:
+    """n with n(n+1)/2 = ``npair`` (the side of a packed lower triangle)."""
+    n = int(round((np.sqrt(8 * npair + 1) - 1) / 2))
+    if n * (n + 1) // 2 != npair:
+        raise ValueError(f"{npair} is not a triangular number of pairs")
+    return n
 
 
 def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os_row: np.ndarray, x_row) -> None:
