@@ -58,7 +58,7 @@ Tiling and dataflow
       PSUM and reduces each j segment over b; TensorE sums over the a partitions with a ones-vector
       matmul into a per-pair PSUM accumulator (accumulating over a tiles and column chunks).
     * A short last a tile (nva mod 128 ≤ 64 rows, and fewer than nvb/64 b tiles) runs with the roles
-      swapped (``TailSwap``, switch ``tail_swap``): T'[b, a] with the b tiles stationary and the tail
+      swapped (``TailSwap`` in kernels/mp2_energy_tail.py, switch ``tail_swap``): T'[b, a] with the b tiles stationary and the tail
       columns moving costs (b tiles) × 64 cycles per Q tile instead of nvb; its direct term reduces over
       a (free) then b (ones matmul), and its exchange pieces are already transposed: the main tiles take
       Tᵀ for b in the tail from T', the tail takes T_ba from the main T tiles (and one 42×42-style
@@ -93,9 +93,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._nki import nki, nisa, nl
-from .tiles import EXP_MASK, FP32, MAGIC, NFMAX, PMAX, load_operand_tiles, matmul_planes, sbuf_budget, tiles
+from .mp2_energy_reduce import seg_reduce, segments
+from .mp2_energy_tail import tail_constants, tail_exchange, tail_pairs
+from .tiles import FP32, NFMAX, PMAX, broadcast_row, load_operand_tiles, matmul_planes, sbuf_budget, tiles
 
-SUM_BITS = 15    # grid bits of the exact row sums: ≤ 512 terms of ≤ 2^15 grid units stay below 2^24
 
 __all__ = ["mp2_energy", "mp2_energy_x3", "mp2_energy_reference", "j_groups", "i_block_size"]
 
@@ -125,77 +126,6 @@ def i_block_size(naux, nI, nJ, nva, nvb, x3=False, budget=0):
     return int(max(1, min(nI, (budget - fixed) // per_i)))
 
 
-def _segments(c0, csz, nvb):
-    """j segments [(jl, col0, ncol, b0)] of the group columns c0:c0+csz (jl local j index)."""
-    out = []
-    c = c0
-    while c < c0 + csz:
-        jl = c // nvb
-        end = min(c0 + csz, (jl + 1) * nvb)
-        out.append((jl, c, end - c, c - jl * nvb))
-        c = end
-    return out
-
-
-def _reduce_segments(dst, data, asz, nseg, nvb, whole):
-    if whole:                                      # whole j's: one reduction over a 3-D view
-        nisa.tensor_reduce(dst=dst, op=nl.add, data=data.reshape((asz, nseg, nvb)), axis=2)
-    else:                                          # a chunk of one j (nvb > 512)
-        nisa.tensor_reduce(dst=dst, op=nl.add, data=data, axis=1)
-
-
-def _exact_segment_sums(red, prod, asz, csz, nseg, nvb, whole, signed):
-    """Segment sums of ``prod`` without fp32 swamping (fp32x3). Adding a term below half an ulp of the
-    running sum loses it — always downwards for T²/D, a systematic −3e-8 relative bias once orbitals
-    break symmetry and many terms are tiny. So each row is split like a GEMM operand: hi on the
-    power-of-two grid 2^(e+1−15) of the row maximum 2^e (ScalarE: (x + c) − c, c = 1.5·2^23·grid),
-    lo = x − hi (GpSimd, exact); Σ hi over ≤ 512 terms is exact in fp32, Σ lo is 2^15 times smaller."""
-    mx_src = prod
-    if signed:
-        mx_src = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="abs_prod")
-        nisa.activation(dst=mx_src, op=nl.abs, data=prod)
-    mx = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="rowmax")
-    nisa.tensor_reduce(dst=mx, op=nl.maximum, data=mx_src, axis=1)
-    pw = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="pow2")
-    nisa.tensor_scalar(dst=pw.view(nl.int32), data=mx.view(nl.int32), op0=nl.bitwise_and, operand0=EXP_MASK)
-    c = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="magic")
-    nisa.tensor_scalar(dst=c, data=pw, op0=nl.multiply, operand0=MAGIC * 2.0 ** (1 - SUM_BITS))
-    nc = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="neg_magic")
-    nisa.tensor_scalar(dst=nc, data=pw, op0=nl.multiply, operand0=-MAGIC * 2.0 ** (1 - SUM_BITS))
-    hi = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="prod_hi")
-    nisa.activation(dst=hi, op=nl.copy, data=prod, bias=c)          # fl(x + c)
-    nisa.activation(dst=hi, op=nl.copy, data=hi, bias=nc)           # fl(fl(x + c) − c): x on the grid
-    lo = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="prod_lo")
-    nisa.tensor_tensor(dst=lo, data1=prod, data2=hi, op=nl.subtract, engine=nisa.gpsimd_engine)
-    rl = nl.ndarray((asz, nseg), dtype=nl.float32, buffer=nl.sbuf, name="seg_lo")
-    _reduce_segments(red, hi, asz, nseg, nvb, whole)                  # exact
-    _reduce_segments(rl, lo, asz, nseg, nvb, whole)
-    nisa.tensor_tensor(dst=red, data1=red, data2=rl, op=nl.add)
-
-
-def _seg_reduce(acc, ones, prod, asz, c0, csz, nvb, rows=(), row_col=0, first=True, signed=False):
-    """Sum ``prod`` [asz, csz] over b within each j segment. Per-pair mode (``rows`` empty): then over
-    the a partitions by a ones-vector matmul into acc[0:1, local j] (PSUM accumulation across a tiles and
-    chunks). Row mode (fp32x3, ``rows`` = (tile,)): swamping-free segment sums go to
-    tile[:, row_col + local j] (SBUF), added to what is there unless ``first``."""
-    segs = _segments(c0, csz, nvb)
-    nseg = len(segs)
-    j0 = segs[0][0]
-    whole = all(s[2] == nvb for s in segs)
-    if rows and first:
-        red = rows[0][0:asz, row_col + j0:row_col + j0 + nseg]
-    else:
-        red = nl.ndarray((asz, nseg), dtype=nl.float32, buffer=nl.sbuf, name="segsum")
-    if not rows:
-        _reduce_segments(red, prod, asz, nseg, nvb, whole)
-        nisa.nc_matmul(dst=acc[0:1, j0:j0 + nseg], stationary=ones[0:asz, :], moving=red)
-        return
-    _exact_segment_sums(red, prod, asz, csz, nseg, nvb, whole, signed)
-    if not first:
-        dst = rows[0][0:asz, row_col + j0:row_col + j0 + nseg]
-        nisa.tensor_tensor(dst=dst, data1=dst, data2=red, op=nl.add)
-
-
 @dataclass
 class PairBlock(nl.NKIObject):
     """What every pair group of one resident I sub-block shares: the I planes per Q tile, the launch
@@ -213,22 +143,6 @@ class PairBlock(nl.NKIObject):
     res_os: object
     res_x: object
     tail: tuple          # () or (TailSwap,): the a-tile tail computed with the roles swapped
-
-
-@dataclass
-class TailSwap(nl.NKIObject):
-    """The short last a tile (``tsz`` ≤ 64 rows from ``ta0``) computed as T'[b, a] = B_Jᵀ B_I with the
-    b tiles stationary and the tail columns moving: a matmul costs max(64, N) cycles, so 4 b tiles × 64
-    beat one 128-row-tile pass over all nvb columns (Vitamin C/cc-pVTZ: 256 vs 426 per Q tile). The
-    exchange pieces then come out already transposed. Constants: (ε_b − e_j) columns per b tile, the
-    broadcast ε_a row of the tail, the broadcast −e_i rows."""
-
-    ta0: int
-    tsz: int
-    btiles: list
-    bias_b: list
-    ea_row: object
-    nei: object
 
 
 @dataclass
@@ -279,13 +193,13 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
             nisa.tensor_tensor(dst=w, data1=t, data2=r, op=nl.multiply)          # W = T/D' (T in PSUM)
             p1 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="tw")
             nisa.tensor_tensor(dst=p1, data1=w, data2=t, op=nl.multiply)         # T²/D'
-            _seg_reduce(acc_os, ones, p1, asz, c0, csz, nvb, (res_os[at],) if rowsums else (), out_col, c0 < NFMAX)
-    swapped = _tail_pairs(blk, grp, i, il, acc_os, acc_x, t_sb) if blk.tail else ()
+            seg_reduce(acc_os, ones, p1, asz, c0, csz, nvb, (res_os[at],) if rowsums else (), out_col, c0 < NFMAX)
+    swapped = tail_pairs(blk, grp, i, il, acc_os, acc_x, t_sb) if blk.tail else ()
     if exchange:
         for at, (a0, asz) in enumerate(main_tiles):
             for c0, csz in chunks:
                 tt = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.psum, name="tt_ps")
-                for jl, s0, sn, b0 in _segments(c0, csz, nvb):
+                for jl, s0, sn, b0 in segments(c0, csz, nvb):
                     for bt, (q0, qsz) in enumerate(atiles):            # b tiles (nvb == nva)
                         lo, hi = max(q0, b0), min(q0 + qsz, b0 + sn)
                         if lo >= hi:
@@ -301,10 +215,10 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
                             nisa.tensor_copy(dst=tt[:, cols[0]:cols[1]], src=src[:, lo - q0:hi - q0])
                 p2 = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.sbuf, name="ttw")
                 nisa.tensor_tensor(dst=p2, data1=w_sb[at][:, c0:c0 + csz], data2=tt, op=nl.multiply)
-                _seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, (res_x[at],) if rowsums else (), out_col, c0 < NFMAX,
+                seg_reduce(acc_x, ones, p2, asz, c0, csz, nvb, (res_x[at],) if rowsums else (), out_col, c0 < NFMAX,
                             signed=True)
     if exchange and blk.tail:
-        _tail_exchange(blk, grp, acc_x, t_sb, swapped)
+        tail_exchange(blk, grp, acc_x, t_sb, swapped)
     if rowsums:
         return
     # os = Σ T²/D = −Σ T²/D' (D' = −D): negate while evicting the per-pair sums (ScalarE). On a diagonal
@@ -313,78 +227,6 @@ def _pair_group(blk, grp, i, il, out_col, j_skip):
     nisa.activation(dst=res_os[0:1, out_col + k0:out_col + nj], op=nl.copy, data=acc_os[0:1, k0:nj], scale=-1.0)
     if exchange:
         nisa.activation(dst=res_x[0:1, out_col + k0:out_col + nj], op=nl.copy, data=acc_x[0:1, k0:nj], scale=-1.0)
-
-
-def _tail_pairs(blk, grp, i, il, acc_os, acc_x, t_sb):
-    """The swapped tail: for each j of the group and each b tile, T'[b, a] (a in the tail) by TensorE,
-    its direct-term sums into acc_os[0:1, jl]; returns [(T' in SBUF, W' in SBUF)] per (jl, b tile)."""
-    tail = blk.tail[0]
-    out = []
-    for jl in range(grp.nj):
-        j = grp.j0 + jl
-        for bt, (q0, bsz) in enumerate(tail.btiles):
-            tp = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.psum, name="tail_ps")
-            st = [tuple(p[:, jl * blk.nvb + q0:jl * blk.nvb + q0 + bsz] for p in planes) for planes in grp.jt]
-            mv = [tuple(p[:, il * blk.nva + tail.ta0:il * blk.nva + tail.ta0 + tail.tsz] for p in planes)
-                  for planes in blk.ip]
-            matmul_planes((tp,), st, mv)
-            col = nl.ndarray((bsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="tail_bias")
-            nisa.tensor_tensor(dst=col, data1=tail.bias_b[bt][:, j:j + 1], data2=tail.nei[0:bsz, i:i + 1],
-                               op=nl.add)                                   # ε_b − e_j − e_i
-            dn = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_denom")
-            nisa.activation(dst=dn, op=nl.copy, data=tail.ea_row[0:bsz, :], bias=col)   # + ε_a
-            y = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_rsqrt")
-            nisa.tensor_scalar(dst=y, data=dn, op0=nl.rsqrt, operand0=0.0, engine=nisa.gpsimd_engine)
-            r = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_recip")
-            nisa.tensor_tensor(dst=r, data1=y, data2=y, op=nl.multiply, engine=nisa.gpsimd_engine)
-            t_copy = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_t")
-            nisa.activation(dst=t_copy, op=nl.copy, data=tp)
-            w = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_w")
-            nisa.tensor_tensor(dst=w, data1=tp, data2=r, op=nl.multiply)     # W' = T'/D'
-            p1 = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_tw")
-            nisa.tensor_tensor(dst=p1, data1=w, data2=tp, op=nl.multiply)
-            red = nl.ndarray((bsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="tail_sum")
-            nisa.tensor_reduce(dst=red, op=nl.add, data=p1, axis=1)          # over a (tail)
-            nisa.nc_matmul(dst=acc_os[0:1, jl:jl + 1], stationary=blk.ones[0:bsz, :], moving=red)   # over b
-            out.append((t_copy, w))
-    return out
-
-
-def _tail_exchange(blk, grp, acc_x, t_sb, swapped):
-    """Σ_b W'[b, a] T_ba for a in the tail: T_ba is column block (j, tail) of the main T tile of b's tile,
-    or, for b in the tail too, the transpose of T' of the tail b tile (a square block at partition 0)."""
-    tail = blk.tail[0]
-    nbt = len(tail.btiles)
-    for jl in range(grp.nj):
-        for bt, (q0, bsz) in enumerate(tail.btiles):
-            t_copy, w = swapped[jl * nbt + bt]
-            p2 = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.sbuf, name="tail_ttw")
-            if bt < nbt - 1:
-                c = jl * blk.nvb + tail.ta0
-                nisa.tensor_tensor(dst=p2, data1=w, data2=t_sb[bt][:, c:c + tail.tsz], op=nl.multiply)
-            else:
-                tr = nl.ndarray((bsz, tail.tsz), dtype=nl.float32, buffer=nl.psum, name="tail_tr")
-                nisa.nc_transpose(dst=tr, data=swapped[jl * nbt + bt][0])
-                nisa.tensor_tensor(dst=p2, data1=w, data2=tr, op=nl.multiply)
-            red = nl.ndarray((bsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="tail_xsum")
-            nisa.tensor_reduce(dst=red, op=nl.add, data=p2, axis=1)
-            nisa.nc_matmul(dst=acc_x[0:1, jl:jl + 1], stationary=blk.ones[0:bsz, :], moving=red)
-
-
-def _tail_constants(atiles, nvb, nJ, ev_a, evb_ej, nei, ones_row, broadcast_dma):
-    """The TailSwap of a launch, or () when the last a tile is full or longer than 64 rows."""
-    ta0, tsz = atiles[-1]
-    btiles = tiles(nvb, PMAX)
-    if len(atiles) < 2 or tsz > 64 or len(btiles) * 64 >= nvb:
-        return ()
-    bias_b = []
-    for q0, bsz in btiles:
-        b = nl.ndarray((bsz, nJ), dtype=nl.float32, buffer=nl.sbuf, name="bias_b")
-        nisa.dma_copy(dst=b, src=evb_ej.ap([[1, bsz], [nvb, nJ]], offset=q0))   # (ε_b − e_j), b on partitions
-        bias_b.append(b)
-    ea_row = nl.ndarray((PMAX, tsz), dtype=nl.float32, buffer=nl.sbuf, name="ea_tail")
-    _broadcast_row(ea_row, ev_a, ta0, tsz, ones_row, broadcast_dma)
-    return (TailSwap(ta0, tsz, btiles, bias_b, ea_row, nei),)
 
 
 def _row_buffers(atiles, ncols, exchange):
@@ -396,24 +238,6 @@ def _row_buffers(atiles, ncols, exchange):
             nisa.memset(dst=t, value=0.0)
             lst.append(t)
     return res_os, res_x
-
-
-def _broadcast_row(dst, src, offset, n, ones_row, dma):
-    """dst[p, :] = src[offset:offset + n] (HBM, row-major) for every partition p of ``dst`` (PMAX, n).
-
-    ``dma``: one DMA whose partition step is 0 (reads the HBM row PMAX times; legal for HBM sources, as
-    AWS's nki-library does). Otherwise the documented fallback: the row loaded once into one partition
-    and spread by TensorE, ones(1, PMAX)ᵀ · row(1, n) with ``is_stationary_onezero`` (exact: one product
-    per element), then copied out of PSUM."""
-    if dma:
-        nisa.dma_copy(dst=dst, src=src.ap([[0, PMAX], [1, n]], offset=offset))
-        return
-    row = nl.ndarray((1, n), dtype=nl.float32, buffer=nl.sbuf, name="bcast_row")
-    nisa.dma_copy(dst=row, src=src.ap([[n, 1], [1, n]], offset=offset))
-    for c0, csz in tiles(n, NFMAX):
-        ps = nl.ndarray((PMAX, csz), dtype=nl.float32, buffer=nl.psum, name="bcast_ps")
-        nisa.nc_matmul(dst=ps, stationary=ones_row, moving=row[:, c0:c0 + csz], is_stationary_onezero=True)
-        nisa.tensor_copy(dst=dst[:, c0:c0 + csz], src=ps)
 
 
 def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, rowsums=False,
@@ -452,7 +276,7 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
         ones_row = nl.ndarray((1, PMAX), dtype=nl.float32, buffer=nl.sbuf, name="ones_row")
         nisa.memset(dst=ones_row, value=1.0)
     nei = nl.ndarray((PMAX, nI), dtype=nl.float32, buffer=nl.sbuf, name="neg_ei")
-    _broadcast_row(nei, neg_e_i, 0, nI, ones_row, broadcast_dma)          # partition broadcast
+    broadcast_row(nei, neg_e_i, 0, nI, ones_row, broadcast_dma)          # partition broadcast
     bias = []
     for a0, asz in atiles:
         ea = nl.ndarray((asz, 1), dtype=nl.float32, buffer=nl.sbuf, name="ev_a")
@@ -462,7 +286,7 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
         bias.append(b)
     tail = ()
     if tail_swap and not x3 and not rowsums and (nva == nvb or not exchange):
-        tail = _tail_constants(atiles, nvb, nJ, ev_a, evb_ej, nei, ones_row, broadcast_dma)
+        tail = tail_constants(atiles, nvb, nJ, ev_a, evb_ej, nei, ones_row, broadcast_dma)
 
     for i0 in range(0, nI, ni_blk):
         ni = min(ni_blk, nI - i0)
@@ -487,7 +311,7 @@ def _body(bi_planes, bj_planes, ev_a, neg_e_i, evb_ej, exchange, same, i_block, 
             else:
                 jt = load_operand_tiles(bj_planes, ktiles, j0 * nvb, nj * nvb, stationary=False, name="b_j")
             ej = nl.ndarray((PMAX, nj * nvb), dtype=nl.float32, buffer=nl.sbuf, name="evb_ej")
-            _broadcast_row(ej, evb_ej, j0 * nvb, nj * nvb, ones_row, broadcast_dma)
+            broadcast_row(ej, evb_ej, j0 * nvb, nj * nvb, ones_row, broadcast_dma)
             for il in range(ni):
                 i = i0 + il
                 if same and i >= j0 + nj:

@@ -10,6 +10,8 @@ Helpers (engine)
     store_rows                                      SBUF → HBM (DMA, one access pattern per panel)
     matmul_planes                                   Σ_k stationaryᵀ·moving into PSUM (TensorE)
     evict                                           PSUM → SBUF (VectorE) → HBM (DMA)
+    broadcast_row                                   an HBM row on every partition (DMA with partition step 0,
+                                                    or one DMA + a TensorE ones matmul)
     tiles / plan_panels / sbuf_budget               host-side (compile-time) tiling arithmetic
 
 Operands are tuples of *planes*: ``(x,)`` in fp32, or the compensated planes of :mod:`mp2trn.precision`
@@ -27,7 +29,7 @@ FP32 = 4
 MAGIC = 1.5 * 2.0 ** 23          # fl(fl(x + MAGIC·g) − MAGIC·g) rounds x to a multiple of g (|x| < 2^22·g)
 EXP_MASK = 0x7F800000           # fp32 exponent bits: (bits & mask) reinterpreted = 2^floor(log2 |x|)
 
-__all__ = ["PMAX", "MFMAX", "NFMAX", "FP32", "MAGIC", "EXP_MASK", "tiles", "sbuf_budget", "load_rows", "load_ktiles",
+__all__ = ["broadcast_row", "PMAX", "MFMAX", "NFMAX", "FP32", "MAGIC", "EXP_MASK", "tiles", "sbuf_budget", "load_rows", "load_ktiles",
            "load_operand_tiles", "store_rows", "matmul_planes", "evict", "plan_panels", "column_views"]
 
 
@@ -157,3 +159,21 @@ def plan_panels(nk, nm, N, x3, m_block=0, budget=0):
 def column_views(tile_list, c0, csz):
     """Columns c0:c0+csz of every plane of every K tile (views, no copies)."""
     return [tuple(p[:, c0:c0 + csz] for p in planes) for planes in tile_list]
+
+
+def broadcast_row(dst, src, offset, n, ones_row, dma):
+    """dst[p, :] = src[offset:offset + n] (HBM, row-major) for every partition p of ``dst`` (PMAX, n).
+
+    ``dma``: one DMA whose partition step is 0 (reads the HBM row PMAX times; legal for HBM sources, as
+    AWS's nki-library does). Otherwise the documented fallback: the row loaded once into one partition
+    and spread by TensorE, ones(1, PMAX)ᵀ · row(1, n) with ``is_stationary_onezero`` (exact: one product
+    per element), then copied out of PSUM."""
+    if dma:
+        nisa.dma_copy(dst=dst, src=src.ap([[0, PMAX], [1, n]], offset=offset))
+        return
+    row = nl.ndarray((1, n), dtype=nl.float32, buffer=nl.sbuf, name="bcast_row")
+    nisa.dma_copy(dst=row, src=src.ap([[n, 1], [1, n]], offset=offset))
+    for c0, csz in tiles(n, NFMAX):
+        ps = nl.ndarray((PMAX, csz), dtype=nl.float32, buffer=nl.psum, name="bcast_ps")
+        nisa.nc_matmul(dst=ps, stationary=ones_row, moving=row[:, c0:c0 + csz], is_stationary_onezero=True)
+        nisa.tensor_copy(dst=dst[:, c0:c0 + csz], src=ps)

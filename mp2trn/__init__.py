@@ -5,11 +5,15 @@
     pt = mp2trn.DFMP2(mf, frozen="auto", device="cpu").run()       # on a PySCF mean-field object
     opts = mp2trn.RunOptions(basis="cc-pvtz", device="sim")        # one options object for a run
     res = mp2trn.run("molecules/benzene.xyz", opts)
+
+The names below load their modules on first use (PEP 562), so that ``import mp2trn`` and ``mp2trn
+--help`` do not pay for PySCF, SciPy or QCEngine; ``qcengine.compute(..., "mp2trn")`` works once both are
+imported, in either order (:func:`mp2trn.qcengine_hook.register_when_imported`).
 """
 
 import os as _os
 
-from .version import __version__  # noqa: E402,F401
+from .version import __version__  # noqa: F401
 
 # PySCF's C kernels (OpenMP) and NumPy's BLAS (its own threads) alternate in every stage; with OpenMP's
 # default spin-waiting the idle OpenMP threads starve the BLAS threads for milliseconds after each C call
@@ -17,7 +21,6 @@ from .version import __version__  # noqa: E402,F401
 # its OpenMP runtime; a value the user set wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .dfmp2 import DFMP2  # noqa: E402
 from .errors import (  # noqa: E402
     ConvergenceError,
     DeviceUnavailableError,
@@ -26,29 +29,39 @@ from .errors import (  # noqa: E402
     Mp2trnError,
     ResourceError,
 )
-from .interaction import interaction_energy  # noqa: E402
-from .jk import density_fit_jk  # noqa: E402
-from .options import RunOptions  # noqa: E402
-from .pipeline import run  # noqa: E402
-from .result import MP2Result  # noqa: E402
-from .threads import one_blas_pool  # noqa: E402
 
+#: public name → the module that defines it (imported when the name is first used)
+_LAZY = {
+    "DFMP2": "dfmp2",
+    "RunOptions": "options",
+    "run": "pipeline",
+    "interaction_energy": "interaction",
+    "density_fit_jk": "jk",
+    "one_blas_pool": "threads",
+    "MP2Result": "result",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _register_with_qcengine() -> None:
-    """``qcengine.compute(..., "mp2trn")`` works once mp2trn is imported (QCEngine has no plugin hook)."""
-    import importlib.util
+    """``qcengine.compute(..., "mp2trn")`` works once mp2trn is imported (QCEngine has no plugin hook):
+    registered now when QCEngine is already loaded, else as soon as it is."""
+    from .qcengine_hook import register_when_imported
 
-    if importlib.util.find_spec("qcengine") is None:
-        return
-    from .qcschema import register
-
-    try:
-        register()
-    except Exception as exc:  # a broken QCEngine install must not break mp2trn itself
-        import warnings
-
-        warnings.warn(f"mp2trn could not register with QCEngine: {exc}", stacklevel=2)
+    register_when_imported()
 
 
 _register_with_qcengine()

@@ -5,8 +5,8 @@ Every basis name is resolved element by element, in this order:
 
 1. a **file** — a path to a basis in NWChem or Gaussian94 format (read through the Basis Set Exchange's
    readers when it is Gaussian94);
-2. **PySCF's library** (its bundled ``.dat`` files), with PySCF's own fallback to the BSE switched off so
-   that the source is known;
+2. **PySCF's library** (its bundled ``.dat`` files, read as PySCF's loader reads them but without its own
+   fallback to the BSE, so that the source is known);
 3. the **Basis Set Exchange** (the ``basis_set_exchange`` package, a dependency of mp2trn), which covers
    most published basis sets for every element they were made for.
 
@@ -40,14 +40,13 @@ convention the BSE records for them (Cartesian only when it lists no spherical f
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from pyscf import gto
 from pyscf.data import elements
@@ -156,37 +155,49 @@ NO_ECP = EcpSet({}, {}, {})
 
 
 # -- one element from one source ---------------------------------------------------------------------
-@contextlib.contextmanager
-def _pyscf_library_only() -> Iterator[None]:
-    """PySCF's ``gto.basis.load`` falls back to the BSE by itself when the BSE is installed; switching
-    that off here makes a hit a PySCF-library hit, so that the recorded source is true."""
-    from pyscf.gto.basis import bse as pyscf_bse
+def _pyscf_library_shells(name: str, symbol: str, ecp: bool = False) -> Any:
+    """``symbol``'s shells (or ECP) of basis ``name`` from PySCF's bundled library files only, or None.
 
-    saved = pyscf_bse.basis_set_exchange
-    pyscf_bse.basis_set_exchange = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        pyscf_bse.basis_set_exchange = saved
+    PySCF's own ``gto.basis.load`` asks the BSE by itself for what its files lack; reading the library
+    file the way ``load`` does (its ``ALIAS`` table: a .dat file, several, or a module) keeps the recorded
+    source true and leaves the BSE (0.3 s to import) alone."""
+    import importlib
+    import os
+
+    from pyscf.gto import basis as lib_basis
+    from pyscf.gto.basis import parse_nwchem, parse_nwchem_ecp
+
+    key = lib_basis._format_basis_name(name)
+    entry = lib_basis.ALIAS.get(key)
+    if entry is None:
+        return None
+    directory = os.path.dirname(lib_basis.__file__)
+    files = [entry] if isinstance(entry, str) else list(entry) if isinstance(entry, (list, tuple)) else []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if files and all(str(f).endswith(".dat") for f in files):
+                if ecp:
+                    return parse_nwchem_ecp.load(os.path.join(directory, files[0]), symbol) or None
+                shells = []
+                for f in files:
+                    shells += parse_nwchem.load(os.path.join(directory, f), symbol)
+                return shells or None
+            if ecp:
+                return None
+            module = importlib.import_module("pyscf.gto.basis." + str(entry))
+            return getattr(module, symbol, None) or None
+        except Exception:   # BasisNotFoundError, KeyError, ... : the file lacks the element
+            return None
 
 
 def _from_pyscf(name: str, symbol: str) -> ElementBasis | None:
-    try:
-        with _pyscf_library_only():
-            shells = gto.basis.load(name, symbol)
-    except Exception:   # BasisNotFoundError, RuntimeError, KeyError, ... for a name PySCF lacks
-        return None
+    shells = _pyscf_library_shells(name, symbol)
     return ElementBasis(name.lower(), name.lower(), PYSCF_LIBRARY) if shells else None
 
 
 def _pyscf_ecp(name: str, symbol: str) -> Any:
-    try:
-        with _pyscf_library_only():
-            return gto.basis.load_ecp(name, symbol) or None
-    except Exception:
-        return None
+    return _pyscf_library_shells(name, symbol, ecp=True)
 
 
 @functools.lru_cache(maxsize=256)
@@ -274,14 +285,18 @@ def load_element(name: str, symbol: str) -> ElementBasis | None:
     return _from_pyscf(name, symbol) or _from_bse(name, symbol)
 
 
-def element_ecp(name: str, symbol: str) -> tuple[Any, str] | None:
-    """The ECP that basis (or ECP) ``name`` defines for ``symbol`` and its source, or None."""
+def element_ecp(name: str, symbol: str, source: str | None = None) -> tuple[Any, str] | None:
+    """The ECP that basis (or ECP) ``name`` defines for ``symbol`` and its source, or None; ``source``
+    (an ElementBasis source) looks only there — a basis's own ECP comes from where its functions came."""
     if _is_file(name):
         data = _file_ecp(name, symbol)
         return (data, f"file {Path(name).resolve()}") if data else None
-    data = _pyscf_ecp(name, symbol)
-    if data:
-        return data, PYSCF_LIBRARY
+    if source in (None, PYSCF_LIBRARY):
+        data = _pyscf_ecp(name, symbol)
+        if data:
+            return data, PYSCF_LIBRARY
+        if source == PYSCF_LIBRARY:
+            return None
     data = _bse_ecp(name, symbol)
     return (data, bse_source()) if data else None
 
@@ -348,7 +363,7 @@ def resolve_ecp(ecp: str | None, orbital: BasisSet, atom_symbols: list[str], gho
     for sym in real:
         eb = orbital.per_element.get(sym)
         if eb is not None and eb.source != "given as data":
-            found = element_ecp(_source_name(eb), sym)
+            found = element_ecp(_source_name(eb), sym, eb.source)
             if found:
                 designed[sym] = ElementBasis(found[0], eb.name, found[1])
     if choice.lower() == "none":
@@ -446,10 +461,12 @@ def fitting_basis(role: str, orbital: BasisSet, symbols: Iterable[str], given: s
     for sym in unique_symbols(symbols):
         eb_orb = orbital.per_element.get(sym)
         orbital_name = eb_orb.name if eb_orb is not None else ""
-        candidates = [("1: PySCF partner", _pyscf_partner(orbital_name, role)),
-                      ("2: BSE partner", _bse_partner(orbital_name, role)),
-                      ("3: def2 fitting set", DEF2_JKFIT if role == "jkfit" else DEF2_RIFIT[zeta_level(orbital_name)])]
-        for rule, name in candidates:
+        candidates = [("1: PySCF partner", lambda: _pyscf_partner(orbital_name, role)),
+                      ("2: BSE partner", lambda: _bse_partner(orbital_name, role)),   # the BSE only when needed
+                      ("3: def2 fitting set",
+                       lambda: DEF2_JKFIT if role == "jkfit" else DEF2_RIFIT[zeta_level(orbital_name)])]
+        for rule, partner in candidates:
+            name = partner()
             eb = load_element(name, sym) if name else None
             if eb is not None:
                 per_element[sym], rules[sym] = eb, rule
@@ -486,11 +503,20 @@ def _cartesian_name(name: str) -> bool:
         return bool(re.search(r"^\s*BASIS\b.*\bCARTESIAN\b", _file_text(name), re.MULTILINE | re.IGNORECASE))
     if _POPLE_631.match(name.strip()) and not name.strip().lower().startswith("6-311"):
         return True
+    if _in_pyscf_library(name):   # PySCF's library files are spherical sets (the Pople ones are above)
+        return False
     meta = _bse_metadata().get(_bse_key(name))
     if meta is None:
         return False
     kinds = meta.get("function_types", [])
     return "gto_cartesian" in kinds and "gto_spherical" not in kinds
+
+
+def _in_pyscf_library(name: str) -> bool:
+    """Whether PySCF's library knows ``name`` (without asking the BSE, whose import costs 0.3 s)."""
+    from pyscf.gto import basis as pyscf_basis
+
+    return pyscf_basis._format_basis_name(name) in pyscf_basis.ALIAS
 
 
 def atom_symbols(mol_or_labels: gto.Mole | list[tuple[str, bool]]) -> tuple[list[str], list[bool]]:

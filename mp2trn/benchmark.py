@@ -17,13 +17,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .dfmp2 import DFMP2
-from .jk import precision_runs
 from .memory import default_memory_mb
 from .options import RunOptions
-from .pipeline import open_device, scf_stage
-from .scratch import run_scratch
-from .validation.pyscf_reference import pyscf_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 ORGANIC = ROOT / "molecules" / "gpu4pyscf" / "organic"
@@ -69,6 +64,11 @@ class BenchRow:
 
 def bench_case(name: str, precisions: list[str], device: str = "cpu", repeat: int = 1) -> list[BenchRow]:
     """Run one case: the SCF once, then PySCF's DFMP2 and mp2trn (each precision), best of ``repeat``."""
+    from .dfmp2 import DFMP2
+    from .pipeline import open_device, scf_stage
+    from .scratch import run_scratch
+    from .validation.pyscf_reference import pyscf_reference
+
     path, basis = CASES[name]
     options = RunOptions(basis=basis, device=device, max_memory=default_memory_mb())
     with run_scratch(), open_device(replace(options, precision=precisions[0])) as dev:
@@ -185,6 +185,7 @@ def _whole_run_in_child(name: str, code: str, tuned: bool, device: str, conv_tol
 
 def print_whole_run(name: str, precision: str, device: str, conv_tol: float) -> None:
     """``mp2trn.run`` with the bases, conv_tol and memory budget of PySCF's run; prints its JSON record."""
+    from .jk import precision_runs
     from .pipeline import run
 
     path, basis = END_TO_END[name]

@@ -16,9 +16,29 @@ from numbers import Integral
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Union
 
+from .devices import Device
 from .errors import InputError
 from .methods import get_method
-from .scf import JK_CHOICES, ScfOptions
+
+#: where the SCF's J/K builds run: "auto" (the run's device when it has a J/K stage, else PySCF's host
+#: code, and the result says which), "device" (the run's device, an error if it has none), "pyscf"
+JK_CHOICES = ("auto", "device", "pyscf")
+
+
+@dataclass(frozen=True)
+class ScfOptions:
+    """How to run the SCF (the SCF's share of :class:`RunOptions`). ``jkbasis=None``: the JK-fit rules of
+    :mod:`mp2trn.basis` for the orbital basis."""
+
+    density_fit: bool = True
+    jkbasis: str | dict | None = None
+    conv_tol: float = 1e-10
+    max_cycle: int = 100
+    jk: str = "auto"
+    lindep: float | None = None  # canonical orthogonalisation threshold (None: refuse a singular overlap)
+    xc: str | None = None   # a Kohn-Sham SCF with this functional (PySCF XC syntax); None: Hartree-Fock
+    grid: int | None = None  # PySCF's DFT grid level (None: its default)
+
 
 #: Frozen orbitals as given by a user: None/"none", "auto", a count N (lowest N per spin), or orbital
 #: indices (one list, or one list per spin for UHF).
@@ -112,6 +132,8 @@ class RunOptions:
     distributed: bool | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.device, (str, Device)):
+            raise InputError(f"--device must be a device name or a Device object, got {type(self.device).__name__}")
         if self.max_memory is not None and not self.max_memory > 0:
             raise InputError(f"--memory must be a positive number of MB, got {self.max_memory}")
         if not self.conv_tol > 0:
@@ -156,7 +178,7 @@ class RunOptions:
     @property
     def device_name(self) -> str:
         """The device asked for, by name (a Device object's own name)."""
-        return self.device if isinstance(self.device, str) else str(getattr(self.device, "name", self.device))
+        return self.device if isinstance(self.device, str) else self.device.name
 
     @property
     def scf(self) -> ScfOptions:

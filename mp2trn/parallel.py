@@ -355,7 +355,7 @@ def _words(a: np.ndarray, n: int) -> np.ndarray:
 def device_comm(comm: Comm, device) -> Comm:
     """The ranks of a run on ``device``: on an NKI device (sim, neuron) the arrays travel in NKI collective
     kernels (:class:`NkiComm`); elsewhere through the process group as they are."""
-    launcher = getattr(device, "launcher", None)
+    launcher = device.collective_launcher()
     if isinstance(comm, TorchComm) and comm.size > 1 and launcher is not None:
         return NkiComm(comm, launcher)
     return comm

@@ -7,12 +7,12 @@ on top of it.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 import numpy as np
 from pyscf import df, dft, gto, scf
 
 from .basis import default_fitting
+from .options import ScfOptions
 from .devices import Device
 from .df import describe_basis, quiet_pyscf
 from .errors import ConvergenceError, InputError, Mp2trnError, NumericalError
@@ -21,25 +21,6 @@ from .parallel import Comm
 from .progress import Progress
 from .scratch import check_stopped
 from .threads import one_blas_pool
-
-
-#: where the SCF's J/K builds run: "auto" (the run's device when it has a J/K stage, else PySCF's host
-#: code, and the result says which), "device" (the run's device, an error if it has none), "pyscf"
-JK_CHOICES = ("auto", "device", "pyscf")
-
-
-@dataclass(frozen=True)
-class ScfOptions:
-    """How to run the SCF. ``jkbasis=None`` means PySCF's JK-fit default for the orbital basis."""
-
-    density_fit: bool = True
-    jkbasis: str | None = None
-    conv_tol: float = 1e-10
-    max_cycle: int = 100
-    jk: str = "auto"
-    lindep: float | None = None  # canonical orthogonalisation threshold (None: refuse a singular overlap)
-    xc: str | None = None   # a Kohn-Sham SCF with this functional (PySCF XC syntax); None: Hartree-Fock
-    grid: int | None = None  # PySCF's DFT grid level (None: its default)
 
 
 def jk_auxbasis(mol: gto.Mole, jkbasis: str | dict | None) -> str | dict:

@@ -3,6 +3,8 @@
     python scripts/bench_scaling.py                          # the five molecules below, cc-pVDZ
     python scripts/bench_scaling.py --only vitaminc,inosine  # a subset
     python scripts/bench_scaling.py --memory 6000            # one budget (MB) for every run
+    python scripts/bench_scaling.py --only inosine --records scaling.jsonl   # re-measure one molecule, then
+                                                             # table, fit and plot over every stored row
 
 Every run is a fresh process. PySCF (scripts/pyscf_whole_run.py: DF-RHF + DFMP2, the same bases) runs with
 OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4, the fair peer; mp2trn runs as it comes. Each run reports
@@ -85,16 +87,23 @@ def main() -> None:
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--memory", type=float, default=default_memory_mb(), help="budget in MB for every run")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "scaling.png")
+    ap.add_argument("--records", type=Path, help="JSON lines of measured rows: new rows replace stored ones of "
+                    "the same molecule, and the table, fit and plot cover every stored row")
     args = ap.parse_args()
     names = args.only.split(",") if args.only else list(MOLECULES)
-    rows = []
+    stored = {}
+    if args.records and args.records.exists():
+        stored = {r["name"]: r for r in map(json.loads, args.records.read_text().splitlines()) if r}
     for name in names:
         path = MOLECULES[name]
         row = {"name": name, "pyscf": run_pyscf(path, args.basis, args.memory)}
         for precision in ("fp64", "fp32"):
             row[precision] = run_mp2trn(path, args.basis, precision, args.memory)
-        rows.append(row)
+        stored[name] = row
+        if args.records:
+            args.records.write_text("".join(json.dumps(r) + "\n" for r in stored.values()))
         print(f"done {name}", file=sys.stderr, flush=True)
+    rows = sorted(stored.values(), key=lambda r: r["fp64"]["nao"])
     print(f"\n{args.basis}, budget {args.memory:.0f} MB. Machine: {machine_description()}\n")
     print("| molecule | nao | PySCF tuned (s) | mp2trn fp64 (s) | mp2trn fp32 (s) | speed-up fp64 / fp32 "
           "| SCF s: PySCF / fp64 / fp32 | cycles PySCF / fp64 / fp32 | peak RSS GB: PySCF / fp64 / fp32 "

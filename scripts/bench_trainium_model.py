@@ -173,7 +173,7 @@ def pair_analysis(s, cost):
     a_tiles = -(-nv // 128)
     k_tiles = -(-naux // 128)
     tail = nv - 128 * (a_tiles - 1)
-    swapped = a_tiles > 1 and tail <= 64 and a_tiles * 64 < nv     # kernels/mp2_energy.py TailSwap
+    swapped = a_tiles > 1 and tail <= 64 and a_tiles * 64 < nv     # kernels/mp2_energy_tail.py TailSwap
     # TensorE cycles per (i, j, Q tile) of the T matmuls: full a tiles pass over nvb moving columns; the
     # tail either does the same (plain) or runs swapped, a_tiles b tiles x 64 cycles
     plain = a_tiles * nv
@@ -203,7 +203,7 @@ def analysis_text(s, a):
            f"dimension: nvir = {s['nvir']} makes {a['a_tiles']} tiles of 128 PE columns, the last with "
            f"{a['tail']} rows")
     if a["swapped"]:
-        txt += (f"; that short tile runs with the roles swapped (`TailSwap` in kernels/mp2_energy.py: the b tiles "
+        txt += (f"; that short tile runs with the roles swapped (`TailSwap` in kernels/mp2_energy_tail.py: the b tiles "
                 f"stationary, the {a['tail']} tail columns moving, {a['a_tiles']} × 64 cycles instead of "
                 f"{s['nvir']} per Q tile, {a['saved_pct']:.0f}% of the T-matmul cycles saved; its exchange pieces "
                 "come out already transposed), so the a tiles are used to "

@@ -8,45 +8,24 @@ from typing import Annotated
 
 import typer
 
-from ..batch import run_batch
-from ..parallel import rank_and_size
 from ..errors import DeviceUnavailableError, InputError
-from ..options import DEFAULTS
-from .common import (AuxBasis, Basis, CartesianFlag, EcpFlag, GridFlag, MethodFlag, ConvTol, DeviceFlag, FrozenCore, JkBasis, MaxCycle, Memory, PrecisionFlag,
-                     Quiet, ScfDf, ScfJk, ScratchDir, TargetFlag, Unit, UnitFlag, app, cli_errors, console, err_console,
-                     options_from_flags)
+from .common import (Quiet, app, cli_errors, console, err_console, options_from_flags, with_run_flags)
 
 
 @app.command()
 @cli_errors
+@with_run_flags(exclude=("charge", "multiplicity", "lindep"))
 def batch(
     inputs: Annotated[list[Path], typer.Argument(help="Molecule files, folders of them, or list files (.txt/.list).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="JSON-lines file, one record per molecule.")],
     resume: Annotated[bool, typer.Option("--resume", help="Continue a batch: skip molecules with an ok record.")] = False,
-    basis: Basis = DEFAULTS.basis,
-    auxbasis: AuxBasis = None,
-    method: MethodFlag = DEFAULTS.method,
-    ecp: EcpFlag = None,
-    cartesian: CartesianFlag = None,
-    grid: GridFlag = None,
-    unit: UnitFlag = Unit.angstrom,
-    frozen_core: FrozenCore = "none",
-    scf_df: ScfDf = DEFAULTS.scf_df,
-    jkbasis: JkBasis = None,
-    conv_tol: ConvTol = DEFAULTS.conv_tol,
-    max_cycle: MaxCycle = DEFAULTS.max_cycle,
-    scf_jk: ScfJk = DEFAULTS.scf_jk,
-    device: DeviceFlag = DEFAULTS.device,
-    precision: PrecisionFlag = None,
-    target: TargetFlag = None,
-    memory: Memory = None,
-    scratch: ScratchDir = None,
     quiet: Quiet = False,
+    **flags,
 ) -> None:
     """Run DF-MP2 on many molecules; each finished molecule appends one record to --out."""
-    flags = dict(locals())
-    for name in ("inputs", "out", "resume"):
-        flags.pop(name)
+    from ..batch import run_batch
+    from ..parallel import rank_and_size
+
     options = options_from_flags(flags)
     rank, world = rank_and_size()
     group = _process_group(world)

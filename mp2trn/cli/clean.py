@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..scratch import clean_stale
 from .common import ScratchDir, app, cli_errors, console
 
 
@@ -10,6 +9,8 @@ from .common import ScratchDir, app, cli_errors, console
 @cli_errors
 def clean(scratch: ScratchDir = None) -> None:
     """Remove stale mp2trn scratch directories (their process is gone) under --scratch or $TMPDIR."""
+    from ..scratch import clean_stale
+
     removed = clean_stale(scratch)
     for d in removed:
         console.print(f"removed {d}", highlight=False)

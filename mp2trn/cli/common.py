@@ -9,6 +9,7 @@ output files are written atomically, or not at all.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from enum import Enum
 from pathlib import Path
@@ -21,8 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import Mp2trnError, Terminated
 from ..files import write_json_atomic
-from ..scratch import check_stopped, handle_signals
-from ..options import RunOptions
+from ..options import DEFAULTS, RunOptions
 
 app = typer.Typer(
     name="mp2trn",
@@ -85,6 +85,50 @@ TargetFlag = Annotated[Optional[Target], typer.Option(
 JsonPath = Annotated[Optional[Path], typer.Option("--json", help="Write a QCSchema-shaped JSON result here (atomically).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No output on success except files.")]
 
+def _run_flags(
+    basis: Basis = DEFAULTS.basis,
+    auxbasis: AuxBasis = None,
+    method: MethodFlag = DEFAULTS.method,
+    ecp: EcpFlag = None,
+    cartesian: CartesianFlag = None,
+    grid: GridFlag = None,
+    charge: Charge = None,
+    multiplicity: Multiplicity = None,
+    unit: UnitFlag = Unit.angstrom,
+    frozen_core: FrozenCore = "none",
+    scf_df: ScfDf = DEFAULTS.scf_df,
+    jkbasis: JkBasis = None,
+    conv_tol: ConvTol = DEFAULTS.conv_tol,
+    max_cycle: MaxCycle = DEFAULTS.max_cycle,
+    scf_jk: ScfJk = DEFAULTS.scf_jk,
+    lindep: Lindep = None,
+    scratch: ScratchDir = None,
+    device: DeviceFlag = DEFAULTS.device,
+    precision: PrecisionFlag = None,
+    memory: Memory = None,
+    target: TargetFlag = None,
+) -> None:
+    """The flags of one run (the fields of RunOptions), written once for every command that runs."""
+
+
+def with_run_flags(*, exclude: tuple[str, ...] = ()):
+    """Give a command the run flags of :func:`_run_flags` after its own parameters (one of its own with
+    the same name wins; ``exclude`` drops some). The command takes them as ``**flags``; typer reads the
+    combined signature."""
+    def add(command):
+        sig = inspect.signature(command, eval_str=True)   # typer reads the annotations as given here
+        own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        names = {p.name for p in own}
+        shared = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                  for p in inspect.signature(_run_flags, eval_str=True).parameters.values()
+                  if p.name not in names and p.name not in exclude]
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+               and p.default is not inspect.Parameter.empty else p for p in own]
+        command.__signature__ = sig.replace(parameters=[*own, *shared])
+        return command
+    return add
+
+
 #: CLI flag (parameter name) -> RunOptions field, where they differ
 _FIELD_OF_FLAG = {"frozen_core": "frozen", "memory": "max_memory"}
 _RUN_FIELDS = set(RunOptions.__dataclass_fields__)
@@ -103,6 +147,8 @@ def options_from_flags(flags: dict[str, Any]) -> RunOptions:
 
 def finish(json_path: Path | None, document: dict[str, Any], quiet: bool, show) -> None:
     """Write the JSON document (atomically) when asked, then ``show()`` the tables unless quiet."""
+    from ..scratch import check_stopped
+
     check_stopped()  # never write the output of a run that was told to stop
     if json_path is not None:
         write_json_atomic(json_path, document)
@@ -117,6 +163,8 @@ def cli_errors(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from ..scratch import handle_signals
+
         try:
             with handle_signals():  # SIGTERM/SIGHUP end the run like SIGINT: scratch removed, nothing written
                 return func(*args, **kwargs)

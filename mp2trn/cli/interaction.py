@@ -9,17 +9,14 @@ import typer
 from rich.table import Table
 
 from ..files import check_output_path
-from ..interaction import DELTA_KEYS, DELTA_LABELS, interaction_energy
-from ..parallel import rank_and_size
-from ..options import DEFAULTS
 from ..result import HARTREE_TO_KCAL
-from .common import (AuxBasis, Basis, CartesianFlag, EcpFlag, GridFlag, MethodFlag, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf, ScratchDir,
-                     TargetFlag, Unit, UnitFlag, app, cli_errors, err_console, finish, options_from_flags,
-                     wide_console)
+from .common import (Quiet, app, cli_errors, err_console, finish, options_from_flags, wide_console,
+                     with_run_flags)
 
 
 @app.command()
 @cli_errors
+@with_run_flags(exclude=("lindep", "scf_jk"))
 def interaction(
     xyz: Path = typer.Argument(..., help="The complex in XYZ format; fragments by --split or '--' lines."),
     split: Annotated[Optional[int], typer.Option("--split", help="Atoms 1..N form fragment 1, the rest fragment 2.")] = None,
@@ -29,35 +26,23 @@ def interaction(
         "--multiplicities", help="Multiplicity per fragment, e.g. 1,2 (default: comment line, else lowest).")] = None,
     counterpoise: Annotated[bool, typer.Option(
         "--cp/--no-cp", help="Counterpoise correction (fragments in the complex's basis, ghost atoms).")] = True,
-    basis: Basis = DEFAULTS.basis,
-    auxbasis: AuxBasis = None,
-    method: MethodFlag = DEFAULTS.method,
-    ecp: EcpFlag = None,
-    cartesian: CartesianFlag = None,
-    grid: GridFlag = None,
     charge: Annotated[Optional[int], typer.Option(
         "--charge", "-c", help="Charge of the complex (default: the sum of the fragment charges).")] = None,
     multiplicity: Annotated[Optional[int], typer.Option(
         "--multiplicity", "-m", help="Multiplicity of the complex (default: high spin, 1 + Σ(m_k − 1)).")] = None,
-    unit: UnitFlag = Unit.angstrom,
     frozen_core: Annotated[str, typer.Option(
         "--frozen-core", help="auto (noble-gas cores of each calculation's real atoms) or none.")] = "none",
-    device: DeviceFlag = DEFAULTS.device,
-    precision: PrecisionFlag = None,
-    target: TargetFlag = None,
-    memory: Memory = None,
-    scf_df: ScfDf = DEFAULTS.scf_df,
-    jkbasis: JkBasis = None,
-    conv_tol: ConvTol = DEFAULTS.conv_tol,
-    max_cycle: MaxCycle = DEFAULTS.max_cycle,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Write ΔE (under interaction_energy, Eh) and every calculation's result here (atomically).")] = None,
-    scratch: ScratchDir = None,
     quiet: Quiet = False,
+    **flags,
 ) -> None:
     """Counterpoise-corrected interaction energy (SCF, MP2 and SCS-MP2) of a complex."""
+    from ..interaction import interaction_energy
+    from ..parallel import rank_and_size
+
     check_output_path(json_path)
-    options = options_from_flags(locals())
+    options = options_from_flags({**flags, "charge": charge, "multiplicity": multiplicity, "frozen_core": frozen_core})
 
     first = rank_and_size()[0] == 0   # under torchrun the calculations are spread over the ranks; rank 0 reports
 
@@ -72,8 +57,9 @@ def interaction(
 
 
 def print_interaction(ie, title: str) -> None:
-    out = wide_console()
+    from ..interaction import DELTA_KEYS, DELTA_LABELS
 
+    out = wide_console()
     cp = "counterpoise-corrected" if ie.counterpoise else "no counterpoise correction"
     t = Table(title=f"Interaction energy ({cp}): {title}", title_justify="left")
     t.add_column("ΔE")

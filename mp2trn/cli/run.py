@@ -10,48 +10,27 @@ from rich.table import Table
 
 from ..errors import InputError
 from ..files import check_output_path
-from ..jk import precision_runs
-from ..options import DEFAULTS
-from ..pipeline import compute, open_device, open_ranks
-from ..scratch import run_scratch
 from ..result import HARTREE_TO_KCAL, MP2Result
-from .common import (AuxBasis, Basis, CartesianFlag, EcpFlag, GridFlag, MethodFlag, Charge, ConvTol, DeviceFlag, FrozenCore, JkBasis, JsonPath, MaxCycle, Memory,
-                     Lindep, Multiplicity, PrecisionFlag, Quiet, ScfDf, ScfJk, ScratchDir, StageProgress, TargetFlag, Unit, UnitFlag, app,
-                     cli_errors, console, finish, options_from_flags)
+from .common import (JsonPath, Quiet, StageProgress, app, cli_errors, console, finish, options_from_flags,
+                     with_run_flags)
 
 
 @app.command()
 @cli_errors
+@with_run_flags()
 def run(
     xyz: Path = typer.Argument(..., help="Molecule in XYZ format (Angstrom unless --unit bohr)."),
-    basis: Basis = DEFAULTS.basis,
-    auxbasis: AuxBasis = None,
-    method: MethodFlag = DEFAULTS.method,
-    ecp: EcpFlag = None,
-    cartesian: CartesianFlag = None,
-    grid: GridFlag = None,
-    charge: Charge = None,
-    multiplicity: Multiplicity = None,
-    unit: UnitFlag = Unit.angstrom,
-    frozen_core: FrozenCore = "none",
-    scf_df: ScfDf = DEFAULTS.scf_df,
-    jkbasis: JkBasis = None,
-    conv_tol: ConvTol = DEFAULTS.conv_tol,
-    max_cycle: MaxCycle = DEFAULTS.max_cycle,
-    scf_jk: ScfJk = DEFAULTS.scf_jk,
-    lindep: Lindep = None,
-    scratch: ScratchDir = None,
-    device: DeviceFlag = DEFAULTS.device,
-    precision: PrecisionFlag = None,
-    memory: Memory = None,
-    target: TargetFlag = None,
     json_path: JsonPath = None,
     quiet: Quiet = False,
+    **flags,
 ) -> None:
     """Compute the DF-MP2 energy of a molecule (an XYZ file, any molecule file ASE reads, or a QCSchema
     AtomicInput JSON file, recognised by its content)."""
+    from ..pipeline import compute, open_device, open_ranks   # the compute path, imported when a run starts
+    from ..scratch import run_scratch
+
     check_output_path(json_path)
-    options = options_from_flags(locals())
+    options = options_from_flags(flags)
     atomic_input = _atomic_input_text(xyz)
     if atomic_input:
         return run_qcschema_file(xyz, atomic_input, options, json_path, quiet)
@@ -64,8 +43,6 @@ def run(
 
 def _atomic_input_text(path: Path) -> str | None:
     """The file's text when it is a QCSchema AtomicInput (by content), else None (read once)."""
-    from ..qcschema import looks_like_atomic_input
-
     try:
         with open(path, encoding="utf-8") as fh:
             if fh.read(64).lstrip()[:1] != "{":
@@ -74,6 +51,8 @@ def _atomic_input_text(path: Path) -> str | None:
             text = fh.read()
     except (OSError, UnicodeDecodeError):
         return None  # the molecule reader says what is wrong with the file
+    from ..qcschema import looks_like_atomic_input   # only for files that look like JSON
+
     return text if looks_like_atomic_input(text) else None
 
 
@@ -230,6 +209,8 @@ def ranks_summary(parallel: dict) -> str:
 
 def scf_summary(scf: dict) -> str:
     """'device cpu: fp32 ×4 → fp64 ×6, 10 cycles, 0.05 s per J/K build' (runs of equal precision)."""
+    from ..jk import precision_runs
+
     runs = precision_runs(scf.get("precision_per_cycle", []))
     text = scf["jk"] + (": " + runs if runs else "")
     text += f", {scf['cycles']} cycles"

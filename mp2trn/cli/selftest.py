@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import typer
 
-from ..selftest import selftest as run_selftest
 from .common import DeviceFlag, PrecisionFlag, TargetFlag, app, cli_errors, console
 
 
@@ -17,6 +16,8 @@ def selftest(
     target: TargetFlag = None,
 ) -> None:
     """Check this machine: every kernel on a few shapes, a molecule against PySCF, PASS or FAIL."""
+    from ..selftest import selftest as run_selftest
+
     passed, _, _ = run_selftest(device, precision, target, report=lambda line: console.print(line, markup=False, highlight=False,
                                                                                              soft_wrap=True))
     if not passed:

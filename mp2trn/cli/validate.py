@@ -18,12 +18,7 @@ import typer
 
 from ..errors import InputError
 from ..files import check_output_dir
-from ..molecule import read_xyz
 from ..options import DEFAULTS, parse_frozen
-from ..pipeline import bind_device, open_device
-from ..precision import tolerance_for
-from ..validation import ValidationConfig, load_set, run_validation, select_entries
-from ..validation.report import energy_table, interaction_table, summary_lines, validation_document, write_reports
 from .common import (AuxBasis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
                      ScratchDir, TargetFlag,
                      app, cli_errors, err_console, options_from_flags, wide_console)
@@ -63,6 +58,13 @@ def validate(
     """Accuracy table against PySCF for a molecule set (exit code 1 when any entry exceeds its tolerance)."""
     # every cheap check before any SCF: set, entries, options, output folder, device
     flags = dict(locals())
+    from ..molecule import read_xyz   # the compute path and the reports, imported when a validation starts
+    from ..pipeline import bind_device, open_device
+    from ..precision import tolerance_for
+    from ..validation import ValidationConfig, load_set, run_validation, select_entries
+    from ..validation.report import (energy_table, interaction_table, summary_lines, validation_document,
+                                     write_reports)
+
     flags.pop("basis")       # per entry unless given: ValidationConfig.basis
     flags.pop("frozen_core")  # likewise: ValidationConfig.frozen
     mset = load_set(set_name)

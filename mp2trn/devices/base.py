@@ -26,8 +26,10 @@ class Device(ABC):
 
     Besides the three stages, the host asks a device only what is defined here: which precisions it
     runs and its storage dtype, whether it takes packed AO blocks, the largest occupied block it wants
-    per pair launch (:meth:`occ_block_limit`), what ran (:meth:`what_ran`), its modeled cost
-    (:meth:`cost_report`) and :meth:`close`.
+    per pair launch (:meth:`occ_block_limit`), the SCF tensor layout and copy it keeps (:attr:`jk_packed`,
+    :meth:`jk_copy_itemsize`), what ran (:meth:`what_ran`), its modeled cost (:meth:`cost_report`), how
+    arrays travel between ranks (:meth:`collective_launcher`) and :meth:`close`. Callers ask these; they
+    never probe a device for attributes.
     """
 
     name: str = "abstract"
@@ -149,6 +151,11 @@ class Device(ABC):
 
     def cost_report(self) -> dict[str, Any] | None:
         """Modeled accelerator cost of everything run so far (NKI devices); None for cpu/cuda."""
+        return None
+
+    def collective_launcher(self) -> Any | None:
+        """The kernel launcher whose NKI collective kernels move arrays between the ranks of a run on
+        this device (sim, neuron); None: arrays travel through the process group as they are."""
         return None
 
     def close(self) -> None:

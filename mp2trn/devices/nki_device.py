@@ -194,6 +194,9 @@ class NkiDevice(Device):
     def cost_report(self) -> dict[str, Any] | None:
         return self.launcher.cost_report(self.precision)
 
+    def collective_launcher(self) -> Launcher:
+        return self.launcher
+
     # -- compile signatures: the host pads shapes so a run compiles few distinct kernels ----------------
     def _bucket(self, key: tuple, n: int) -> int:
         """The size to pad a dimension of ``n`` to: the largest seen so far under ``key`` in this run.
