@@ -249,23 +249,10 @@ def default_multiplicity(n_protons: int, charge: int) -> int:
     return 1 if (n_protons - charge) % 2 == 0 else 2
 
 
-def build_mole(
-    source: str | os.PathLike | Geometry | gto.Mole,
-    basis: str | dict = "cc-pvdz",
-    charge: int | None = None,
-    multiplicity: int | None = None,
-    unit: str = "angstrom",
-    verbose: int = 0,
-    ecp: str | None = None,
-    cartesian: bool | None = None,
-) -> gto.Mole:
-    """Build a PySCF Mole from an XYZ path, XYZ text, a PySCF atom string, a Geometry or a Mole.
-
-    Explicit ``charge``/``multiplicity`` win over values in the XYZ comment line. Units: Angstrom
-    (default) or Bohr. An existing ``gto.Mole`` is returned as is (built if needed). ``basis``, ``ecp``
-    and ``cartesian`` are resolved by :mod:`mp2trn.basis` (see :func:`build_mole_with_bases`).
-    """
-    return build_mole_with_bases(source, basis, charge, multiplicity, unit, verbose, ecp, cartesian)[0]
+def build_mole(source: str | os.PathLike | Geometry | gto.Mole, *args, **kwargs) -> gto.Mole:
+    """Build a PySCF Mole from an XYZ path, XYZ text, a PySCF atom string, a Geometry or a Mole: the Mole
+    of :func:`build_mole_with_bases`, which takes the same arguments."""
+    return build_mole_with_bases(source, *args, **kwargs)[0]
 
 
 def build_mole_with_bases(
@@ -278,9 +265,14 @@ def build_mole_with_bases(
     ecp: str | None = None,
     cartesian: bool | None = None,
 ) -> tuple[gto.Mole, MoleculeBases | None]:
-    """:func:`build_mole`, and what :mod:`mp2trn.basis` resolved: the orbital basis per element with its
-    source, the ECPs (the basis's own by default, ``ecp="none"``/a name to choose) and whether the functions
-    are Cartesian (``cartesian=None``: the basis's own convention). None for a Mole given as is."""
+    """A PySCF Mole from an XYZ path, XYZ text, a PySCF atom string, a Geometry or a Mole, and what
+    :mod:`mp2trn.basis` resolved for it: the orbital basis per element with its source, the ECPs (the
+    basis's own by default, ``ecp="none"``/a name to choose) and whether the functions are Cartesian
+    (``cartesian=None``: the basis's own convention); None for a Mole given as is (returned as is, built if
+    needed).
+
+    Explicit ``charge``/``multiplicity`` win over values in the XYZ comment line. Units: Angstrom
+    (default) or Bohr."""
     if isinstance(source, gto.Mole):
         if not source._built:
             _safe_build(source)

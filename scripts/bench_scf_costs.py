@@ -17,6 +17,8 @@
                |ΔD|): why incremental fp32 ΔK builds cost as much as fp64 K builds on a CPU;
 5. ``guess``   SCF cycles of PySCF's DF-RHF from each initial guess (minao is the default), and of the SCF on
                 mp2trn's J/K builds from a smaller basis's density projected up (sto-3g, 6-31g).
+6. ``soscf``   PySCF's second-order SCF (``newton()``), from the start and after DIIS to |g| < 1e-3, against
+                DIIS on mp2trn's J/K builds: cycles, J/K builds, seconds.
 
 A benchmark: it prints measurements and asserts nothing.
 """
@@ -157,12 +159,43 @@ def projected(mol) -> None:
               f"{time.perf_counter() - t1:.1f} s (mp2trn cpu fp64 J/K), E = {mf.e_tot:.10f}")
 
 
+def soscf(mol) -> None:
+    """PySCF's second-order SCF (``newton()``) against DIIS, both on mp2trn's cpu fp64 J/K builds: cycles,
+    J/K builds (each orbital-Hessian product is one) and time; and DIIS handing over to ``newton()`` once the
+    orbital gradient is below 1e-3 ("near the end")."""
+    from mp2trn.jk import density_fit_jk
+
+    def counted(mf):
+        mf.conv_tol, mf.verbose, mf.conv_check = 1e-10, 0, False
+        return mf
+
+    runs = {}
+    diis = counted(density_fit_jk(scf.RHF(mol).density_fit(), device="cpu"))
+    t0 = time.perf_counter()
+    diis.kernel()
+    runs["DIIS"] = (diis, time.perf_counter() - t0)
+    newton = counted(density_fit_jk(scf.RHF(mol).density_fit(), device="cpu").newton())
+    t0 = time.perf_counter()
+    newton.kernel()
+    runs["newton() from the start"] = (newton, time.perf_counter() - t0)
+    early = counted(density_fit_jk(scf.RHF(mol).density_fit(), device="cpu"))
+    early.conv_tol, early.conv_tol_grad = 1e-6, 1e-3
+    t0 = time.perf_counter()
+    early.kernel()
+    late = counted(early.newton())
+    late.kernel(early.mo_coeff, early.mo_occ)
+    runs["DIIS to |g| < 1e-3, then newton()"] = (late, time.perf_counter() - t0)
+    for label, (mf, seconds) in runs.items():
+        builds = len(mf.with_df.builds) if hasattr(mf.with_df, "builds") else None
+        print(f"soscf {label}: {mf.cycles} cycles, {builds} J/K builds, {seconds:.1f} s, E = {mf.e_tot:.10f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--only", nargs="+", default=["tensor", "touch", "blocks", "rank", "guess"],
-                    choices=["tensor", "touch", "blocks", "rank", "guess"])
+                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf"])
     ap.add_argument("--fill", nargs="+", help=argparse.SUPPRESS)   # touch's child process: LABEL N1 N2 N3
     args = ap.parse_args()
     if args.fill:
