@@ -191,6 +191,7 @@ def _pyscf_library_shells(name: str, symbol: str, ecp: bool = False) -> Any:
             return None
 
 
+@functools.lru_cache(maxsize=1024)   # the pipeline, the SCF and the MP2 step resolve the same names
 def _from_pyscf(name: str, symbol: str) -> ElementBasis | None:
     shells = _pyscf_library_shells(name, symbol)
     return ElementBasis(name.lower(), name.lower(), PYSCF_LIBRARY) if shells else None
@@ -211,6 +212,7 @@ def _bse_text(name: str, z: int) -> str | None:
     return bse.get_basis(name, elements=[z], fmt="nwchem", header=False)
 
 
+@functools.lru_cache(maxsize=1024)
 def _from_bse(name: str, symbol: str) -> ElementBasis | None:
     text = _bse_text(name, elements.charge(symbol))
     if text is None:
