@@ -14,11 +14,20 @@ Arrays cross the interface as NumPy arrays on the host. Layout: the auxiliary in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..precision import Precision, get_precision
+
+
+class PairDensities(NamedTuple):
+    """What :meth:`Device.pair_densities` returns for one strip of occupied pairs (fp64 arrays)."""
+
+    gamma_k: np.ndarray            #: (naux, nk, nvb): Σ_ia t̃_ik^ab B_Q,ia
+    p_occ: np.ndarray              #: (ni, ni): Σ_kab τ_ik^ab t̃_i'k^ab
+    p_vir_all: np.ndarray          #: (nva, nva): Σ_ikb τ_ik^ab t̃_ik^a'b
+    p_vir_k: np.ndarray | None     #: (nvb, nvb): Σ_ika τ_ik^ab t̃_ik^ab' (when asked)
 
 
 class Device(ABC):
@@ -109,6 +118,24 @@ class Device(ABC):
           x[i, j]  = Σ_ab T_ab T_ba / D_ab   (only when ``exchange``; same-spin blocks, nva == nvb)
         Returns float64 arrays (ni, nj) (x is None without ``exchange``).
         """
+
+    # -- the gradient's pair step (mp2trn.grad.densities owns the strips, the spin cases and the factors) --
+    #: True when the device implements :meth:`pair_densities`
+    has_pair_densities: bool = False
+
+    def pair_densities(self, b_all: np.ndarray, b_k: np.ndarray, e_all: np.ndarray, e_k: np.ndarray,
+                       ev_all: np.ndarray, ev_k: np.ndarray, c_direct: float, c_exch: float,
+                       vir_k: bool) -> PairDensities:
+        """Unrelaxed MP2 densities and the 3-index two-particle density of one strip of pairs (Hartree⁻¹).
+
+        b_all: (naux, ni, nva) B of every occupied orbital i of one spin; b_k: (naux, nk, nvb) B of a block
+        of occupied orbitals k (same spin or the other one); energies e_all (ni,), e_k (nk,), ev_all (nva,),
+        ev_k (nvb,). With τ_ik^ab = Σ_Q B_Q,ia B_Q,kb / (e_i + e_k − ev_a − ev_b) and
+        t̃_ik^ab = c_direct·τ_ik^ab − c_exch·τ_ik^ba (c_exch ≠ 0 only when nva == nvb, same spin):
+          gamma_k[Q, k, b] = Σ_ia t̃_ik^ab B_Q,ia          p_occ[i, i'] = Σ_kab τ_ik^ab t̃_i'k^ab
+          p_vir_all[a, a'] = Σ_ikb τ_ik^ab t̃_ik^a'b        p_vir_k[b, b'] = Σ_ika τ_ik^ab t̃_ik^ab' (vir_k)
+        """
+        raise NotImplementedError(f"device {self.name!r} has no gradient pair step")
 
     # -- the SCF's Coulomb and exchange builds (mp2trn.jk owns blocking, caching and the fp64 sums) ------
     #: True when the device implements the J/K stage below

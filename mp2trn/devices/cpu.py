@@ -15,7 +15,7 @@ from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
 
 from ..threads import one_blas_pool
-from .base import Device
+from .base import Device, PairDensities
 
 
 class CpuDevice(Device):
@@ -89,6 +89,32 @@ class CpuDevice(Device):
             for i in range(ni):
                 _reduce_row(m[i], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
         return os_, xx
+
+    # -- the gradient's pair step ----------------------------------------------------------------------
+    has_pair_densities = True
+
+    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
+        naux, ni, nva = b_all.shape
+        nk, nvb = b_k.shape[1], b_k.shape[2]
+        x_all = _as_matrix(b_all, self._dtype)                      # (naux, ni·nva)
+        b_k = np.asarray(b_k, dtype=self._dtype)
+        denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(self._dtype)
+        gamma = np.empty((naux, nk, nvb))
+        p_occ = np.zeros((ni, ni))
+        p_vir_all = np.zeros((nva, nva))
+        p_vir_k = np.zeros((nvb, nvb)) if vir_k else None
+        # one k at a time: the (i, a, b) amplitudes of a column of pairs stay a few MB, and every
+        # contraction below is one GEMM over them
+        for k in range(nk):
+            tau = self.contract_aux(x_all, np.ascontiguousarray(b_k[:, k, :])).reshape(ni, nva, nvb)
+            tau /= denom + e_k[k]
+            tt = c_direct * tau - c_exch * tau.transpose(0, 2, 1) if c_exch else c_direct * tau
+            gamma[:, k, :] = x_all @ tt.reshape(ni * nva, nvb)
+            p_occ += tau.reshape(ni, -1) @ tt.reshape(ni, -1).T
+            p_vir_all += np.einsum("iab,icb->ac", tau, tt, optimize=True)
+            if vir_k:
+                p_vir_k += tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)
+        return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
 
     # -- SCF J/K --------------------------------------------------------------------------------------
     has_jk = True

@@ -1,0 +1,5 @@
+"""Analytic DF-MP2 nuclear gradients and relaxed densities (stages after the energy's; see kernel.py)."""
+
+from .kernel import GradientResult, kernel
+
+__all__ = ["GradientResult", "kernel"]

@@ -1,0 +1,99 @@
+"""Gradient stage 1: the pair sweep that builds the unrelaxed MP2 densities and the 3-index 2PDM.
+
+From B = L⁻¹(P|ia) (per spin, as the energy builds it) the device forms the amplitudes strip by strip —
+every occupied orbital i against a block K of occupied orbitals k — and returns per strip the
+contractions of :meth:`mp2trn.devices.base.Device.pair_densities`. A strip gives the 2PDM rows of its
+block K completely, so Γ̄ is written once per block (in memory, or in HDF5 beside B when it does not fit).
+
+Per spin σ, in the spin-orbital convention (an RHF run keeps one channel standing for both spins):
+
+    P^σ_ij = −Σ c·τ t̃ over pairs,  P^σ_ab = +Σ c·τ t̃,   Γ̄^σ_Q,kb = 2 Σ_ia t̃_ik^ab B_Q,ia
+
+with t̃ = (c_os + c_ss) τ − c_ss τᵀ for RHF, c_ss (τ − τᵀ) for same-spin and c_os τ for opposite-spin
+UHF pairs (Weigend & Häser, Theor. Chem. Acc. 97, 331 (1997); DiStasio et al., J. Comput. Chem. 28, 839
+(2007)). Γ̄ is in the orthonormal fitting basis; :mod:`mp2trn.grad.ri` turns it back with L⁻ᵀ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..devices.base import Device
+from ..energy import _blocks
+from ..orbitals import SpinOrbitals
+from ..progress import Progress
+from ..scratch import check_stopped
+from ..transform import BStore
+
+
+@dataclass
+class UnrelaxedDensities:
+    """Per spin channel: P_ij (active occupied, nocc×nocc), P_ab (nvir×nvir), and Γ̄ in ``gamma``
+    ((naux, nocc·nvir) per channel, orthonormal fitting basis)."""
+
+    p_occ: list[np.ndarray]
+    p_vir: list[np.ndarray]
+    gamma: BStore
+    strips: int
+
+
+def strip_tasks(spins: list[SpinOrbitals], c_os: float, c_ss: float) -> list[tuple[int, int, float, float, bool, bool]]:
+    """The strips' spin cases: (spin of the i side, spin of the k block, c_direct, c_exch, whether to take the
+    i side's virtual density, whether to make and take the k side's).
+
+    RHF: one case. UHF: same-spin pairs per spin, and the opposite-spin pairs twice — once with the k block
+    on each side, because a strip completes only its own block's Γ̄ rows and its i side's P_ij; the virtual
+    densities are taken from the first pass only."""
+    if len(spins) == 1:
+        return [(0, 0, c_os + c_ss, c_ss, True, False)]
+    cases = []
+    for s in (0, 1):
+        if c_ss:
+            cases.append((s, s, c_ss, c_ss, True, False))
+        if c_os:
+            cases.append((1 - s, s, c_os, 0.0, s == 0, s == 0))
+    return cases
+
+
+def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: int, c_os: float, c_ss: float,
+          gamma: BStore, progress: Progress | None = None) -> UnrelaxedDensities:
+    """Run every strip on ``device``; fill ``gamma`` and return the unrelaxed densities."""
+    p_occ = [np.zeros((s.nocc, s.nocc)) for s in spins]
+    p_vir = [np.zeros((s.nvir, s.nvir)) for s in spins]
+    cases = strip_tasks(spins, c_os, c_ss)
+    blocks = [_blocks(s.nocc, occ_block) for s in spins]
+    total = sum(len(blocks[sk]) for _, sk, *_ in cases)
+    done = 0
+    for sk, kb in enumerate(blocks):     # one block of spin sk at a time: its Γ̄ rows are complete after it
+        for k0, k1 in kb:
+            rows = 0.0
+            for si, sj, c_direct, c_exch, vir_all, vir_k in cases:
+                if sj != sk:
+                    continue
+                a, b = spins[si], spins[sk]
+                b_all = store.occ_block(si, a.nvir, 0, a.nocc)
+                b_k = store.occ_block(sk, b.nvir, k0, k1)
+                out = device.pair_densities(b_all, b_k, a.e_occ, b.e_occ[k0:k1], a.e_vir, b.e_vir, c_direct, c_exch,
+                                            vir_k)
+                p_occ[si] -= out.p_occ
+                if vir_all:
+                    p_vir[si] += out.p_vir_all
+                if out.p_vir_k is not None:
+                    p_vir[sk] += out.p_vir_k
+                rows = rows + 2.0 * out.gamma_k
+                done += 1
+                check_stopped()
+                if progress:
+                    progress("gradient pairs", done, total)
+            gamma.arrays[sk][:, k0 * spins[sk].nvir : k1 * spins[sk].nvir] = \
+                np.asarray(rows).reshape(store_rows(gamma), -1)
+    p_occ = [(p + p.T) / 2 for p in p_occ]
+    p_vir = [(p + p.T) / 2 for p in p_vir]
+    return UnrelaxedDensities(p_occ, p_vir, gamma, total)
+
+
+def store_rows(store: BStore) -> int:
+    """Rows (auxiliary functions) of a store's arrays."""
+    return int(store.arrays[0].shape[0])

@@ -1,0 +1,216 @@
+"""The DF-MP2 nuclear gradient of exactly the energy mp2trn computes, in PySCF's shape.
+
+The energy is a density-fitted SCF (the JK-fit basis) plus DF-MP2 (the RI basis); its gradient is
+
+    dE/dR = [DF-SCF gradient, PySCF's, with the JK-fit basis' response]
+          + Σ P·h^R + B^R(P, D_SCF) − Σ W·S^R                 (P relaxed, W energy-weighted: stage 3)
+          + Σ Γ^P_μν (μν|P)^R − ½ Σ γ_PQ (P|Q)^R                (the RI basis: stage 2)
+
+where B^R(P, D) is the derivative of Σ_σ Σ P^σ·G^σ[D] through the JK-fit integrals alone (PySCF's DF
+gradient J/K, aux response included). Stages: B as the energy builds it (:mod:`mp2trn.transform`), the
+pair sweep on the device (:mod:`.densities`), the fitting-basis pass (:mod:`.ri`), the orbital response
+with the SCF's J/K (:mod:`.response`), then PySCF's derivative integrals for the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pyscf import dft
+from pyscf.df.grad import rhf as df_rhf_grad
+
+from ..devices import Device
+from ..df import build_df, quiet_pyscf
+from ..errors import InputError, ResourceError
+from ..memory import SpinShape, plan_blocks
+from ..options import Frozen
+from ..orbitals import is_uhf, select_frozen, spin_orbitals
+from ..progress import Progress
+from ..scf import check_converged
+from ..threads import one_blas_pool
+from ..transform import BStore, build_b
+from . import densities, ri
+from .orbitals import Channel, channels
+from .response import Response, relax
+
+
+@dataclass
+class GradientResult:
+    """The gradient (natm, 3) in Eh/bohr, its terms, the densities (AO, spin-summed unless noted) and
+    what the stages took (s)."""
+
+    gradient: np.ndarray
+    terms: dict[str, np.ndarray]
+    dm_hf: np.ndarray                  #: SCF density, (nao, nao) or (2, nao, nao) for UHF
+    dm_relaxed: np.ndarray             #: SCF + relaxed MP2 correction, same shape
+    dm_unrelaxed: np.ndarray           #: SCF + unrelaxed MP2 correction (amplitude blocks only)
+    zvector_iterations: int
+    timings: dict[str, float] = field(default_factory=dict)
+    what_ran: dict[str, Any] = field(default_factory=dict)
+
+
+def check_supported(mf) -> None:
+    """Refuse what the gradient does not cover yet, saying what is supported."""
+    if isinstance(mf, dft.rks.KohnShamDFT):
+        raise InputError("analytic gradients cover MP2, SCS-MP2 and SOS-MP2 on a density-fitted RHF/UHF reference; "
+                         "double-hybrid gradients are not supported yet")
+    if getattr(mf, "with_df", None) is None:
+        raise InputError("analytic gradients need the density-fitted SCF mp2trn runs by default (the gradient "
+                         "differentiates exactly that energy); drop --no-scf-df")
+    check_converged(mf)
+
+
+def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = None, frozen: Frozen = None,
+           c_os: float = 1.0, c_ss: float = 1.0, progress: Progress | None = None) -> GradientResult:
+    """Analytic gradient of E_SCF + c_os·E_os + c_ss·E_ss (DF-MP2 with ``auxbasis``) for the converged
+    density-fitted SCF ``mf``; the pair sweep runs on ``device`` within ``max_memory`` MB."""
+    check_supported(mf)
+    if not device.has_pair_densities:
+        raise InputError(f"device {device.name!r} has no gradient pair step yet; run gradients on --device cpu or sim")
+    with one_blas_pool():
+        return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress)
+
+
+def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress) -> GradientResult:
+    t_start = time.perf_counter()
+    mol = mf.mol
+    frozen_sel = select_frozen(mf, frozen)
+    chans = channels(mf, frozen_sel)
+    spins = spin_orbitals(mf, frozen_sel)
+    dfi = build_df(mol, auxbasis)
+    shapes = [SpinShape(s.nocc, s.nvir) for s in spins]
+    plan = plan_blocks(mol.nao_nr(), dfi.naux, shapes, dfi.max_aux_shell, max_memory / 2,
+                       itemsize=device.storage_dtype.itemsize)   # half the budget: Γ̄ is the size of B (fp64)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as b_store, \
+            BStore(dfi.naux, spins, np.float64, plan.incore) as gamma:
+        build_b(dfi, spins, device, plan, b_store, progress)
+        timings["gradient_b"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dens = densities.sweep(b_store, spins, device, _strip_block(spins, dfi.naux, max_memory), c_os, c_ss, gamma,
+                               progress)
+        timings["gradient_pairs"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        column_block = max(1, plan.metric_cols)
+        weights = [ch.weight for ch in chans]
+        gam = ri.metric_density(gamma, b_store, weights, dfi.l_chol, column_block)
+        ri.to_fitting_coefficients(gamma, dfi.l_chol, column_block)
+        aux_block = _aux_block(mol.nao_nr(), dfi.max_aux_shell, max_memory)
+        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, aux_block)
+        de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam)
+        timings["gradient_ri"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    jk_before = _jk_builds(mf)
+    resp = relax(mf, chans, dens.p_occ, dens.p_vir, lagrangian)
+    timings["gradient_response"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    terms = _derivative_terms(mf, chans, resp)
+    timings["gradient_integrals"] = time.perf_counter() - t0
+    terms["mp2_ri_3c"] = de_3c
+    terms["mp2_ri_metric"] = de_metric
+    gradient = sum(terms.values())
+    timings["gradient"] = time.perf_counter() - t_start
+    dm_hf = np.asarray(mf.make_rdm1())
+    what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": device.name,
+                "gradient_jk": _jk_where(mf), "zvector_iterations": resp.iterations,
+                "zvector_jk_builds": _jk_builds(mf) - jk_before if jk_before is not None else None,
+                "zvector_residual": resp.residual, "derivative_integrals": "PySCF (host, fp64)",
+                "gradient_strips": dens.strips}
+    return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
+                          _ao(chans, _amplitude_blocks(chans, dens), dm_hf), resp.iterations, timings, what_ran)
+
+
+def _amplitude_blocks(chans: list[Channel], dens) -> list[np.ndarray]:
+    out = []
+    for ch, po, pv in zip(chans, dens.p_occ, dens.p_vir):
+        p = np.zeros((ch.nmo, ch.nmo))
+        p[np.ix_(ch.act, ch.act)] = po
+        p[np.ix_(ch.vir, ch.vir)] = pv
+        out.append(p)
+    return out
+
+
+def _ao(chans: list[Channel], mats: list[np.ndarray], dm_hf: np.ndarray) -> np.ndarray:
+    """SCF density plus the MO-basis corrections, in the SCF density's shape (spin-summed for RHF)."""
+    corr = [ch.weight * ch.c @ m @ ch.c.T for ch, m in zip(chans, mats)]
+    return dm_hf + (corr[0] if len(corr) == 1 else np.array(corr))
+
+
+def _strip_block(spins, naux: int, max_memory: float) -> int:
+    """Occupied orbitals per strip: the strip's Γ̄ rows and a k column of amplitudes within a tenth of the budget."""
+    per_k = max(naux * s.nvir * 8 * 2 for s in spins)
+    return int(max(1, min(max(s.nocc for s in spins), 0.1 * max_memory * 1e6 // per_k)))
+
+
+def _aux_block(nao: int, max_shell: int, max_memory: float) -> int:
+    """Fitting functions per block of the RI pass: integrals, two derivative sets and the AO 2PDM."""
+    per_aux = 9 * nao * nao * 8
+    block = int(0.2 * max_memory * 1e6 // per_aux)
+    if block < max_shell:
+        need = max_shell * per_aux / 0.2 / 1e6
+        raise ResourceError(f"the gradient's fitting-basis pass needs {need:.0f} MB for its smallest block; raise --memory")
+    return block
+
+
+def _jk_builds(mf) -> int | None:
+    builds = getattr(mf.with_df, "builds", None)
+    return len(builds) if isinstance(builds, list) else None
+
+
+def _jk_where(mf) -> str:
+    from ..jk import DeviceJK
+    return f"device {mf.with_df.device.name}" if isinstance(mf.with_df, DeviceJK) else "pyscf (host, fp64)"
+
+
+def _derivative_terms(mf, chans: list[Channel], resp: Response) -> dict[str, np.ndarray]:
+    """The SCF gradient and the terms of the relaxed density through PySCF's derivative integrals."""
+    mol = mf.mol
+    with quiet_pyscf():
+        mf_grad = mf.nuc_grad_method()
+        mf_grad.verbose = 0
+        de_scf = np.asarray(mf_grad.kernel())
+    hcore_deriv = mf_grad.hcore_generator(mol)
+    s1 = mf_grad.get_ovlp(mol)
+    p_spin = [ch.c @ p @ ch.c.T for ch, p in zip(chans, resp.p_relaxed)]     # per channel, one spin each
+    w_ao = sum(ch.weight * ch.c @ w @ ch.c.T for ch, w in zip(chans, resp.w))
+    p_tot = sum(ch.weight * p for ch, p in zip(chans, p_spin))
+    aoslices = mol.aoslice_by_atom()
+    de_h = np.zeros((mol.natm, 3))
+    de_s = np.zeros((mol.natm, 3))
+    for atom, (_, _, p0, p1) in enumerate(aoslices):
+        de_h[atom] = np.einsum("xij,ij->x", hcore_deriv(atom), p_tot)
+        de_s[atom] = -2.0 * np.einsum("xij,ij->x", s1[:, p0:p1], w_ao[p0:p1])
+    return {"scf": de_scf, "mp2_hcore": de_h, "mp2_overlap": de_s,
+            "mp2_separable": _separable(mf_grad, mf, chans, p_spin)}
+
+
+def _separable(mf_grad, mf, chans: list[Channel], p_spin: list[np.ndarray]) -> np.ndarray:
+    """B^R(P, D): the derivative of Σ_σ P^σ·G^σ[D] = P·J[D] − Σ_σ P^σ·K[D^σ] through the JK-fit integrals
+    (the fitting basis' response included), from PySCF's DF-gradient J/K of the sets [D^c…, P^c…]."""
+    mol = mf.mol
+    n = len(chans)
+    weights = [ch.weight for ch in chans]
+    dm = np.asarray(mf.make_rdm1())
+    d_spin = list(dm) if n == 2 else [dm / 2]
+    dms = np.array(d_spin + p_spin)
+    with quiet_pyscf():
+        vj, vk = df_rhf_grad.get_jk(mf_grad, mol, dms, hermi=1)
+    aux_j, aux_k = np.asarray(vj.aux), np.asarray(vk.aux)       # (2n, 2n, natm, 3)
+    vj, vk = np.asarray(vj), np.asarray(vk)                     # (2n, 3, nao, nao), bra derivative, negated
+    de = np.zeros((mol.natm, 3))
+    for atom, (_, _, p0, p1) in enumerate(mol.aoslice_by_atom()):
+        def bra(v, d):
+            return 2.0 * np.einsum("xij,ij->x", v[:, p0:p1], d[p0:p1])
+        for c in range(n):
+            for c2 in range(n):
+                de[atom] += weights[c] * weights[c2] * (bra(vj[c2], dms[n + c]) + bra(vj[n + c], dms[c2]))
+            de[atom] -= weights[c] * (bra(vk[c], dms[n + c]) + bra(vk[n + c], dms[c]))
+    for c in range(n):
+        for c2 in range(n):
+            de += weights[c] * weights[c2] * (aux_j[c2, n + c] + aux_j[n + c, c2])
+        de -= weights[c] * (aux_k[c, n + c] + aux_k[n + c, c])
+    return de

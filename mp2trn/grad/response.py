@@ -1,0 +1,146 @@
+"""Gradient stage 3: the orbital response — frozen-core block, Z-vector, relaxed density and the
+energy-weighted density — with every Coulomb/exchange product a J/K build of the SCF's own
+density-fitted tensor (``mf.get_jk``: on the device when the SCF's J/K ran there).
+
+Per spin channel σ, with G^σ[X] = J[X^α + X^β] − K[X^σ] (an RHF channel: J[2X] − K[X]) and X the
+Lagrangian of :mod:`mp2trn.grad.ri`; I frozen core, i, j active occupied, k any occupied, a virtual:
+
+    P_Ij = −½ X_Ij / (ε_I − ε_j)
+    L_ak = X_ak − X_ka + 2 G^σ[P]_ak
+    (ε_a − ε_k) z_ak + G^σ[Z + Zᵀ]_ak = −L_ak          (Z: z at (a, k); solved by preconditioned CG)
+    P_ak = P_ka = ½ z_ak
+    W_ij = ½X_ij + ε_i P_ij,  W_ab = ½X_ab + ε_a P_ab,  W_Ij = 2 ε_j P_Ij,  W_ka = X_ka,  W_ak = ε_k z_ak;
+    W ← ½(W + Wᵀ);  W_kl += G^σ[P]_kl  (P relaxed)
+
+(Handy & Schaefer, J. Chem. Phys. 81, 5031 (1984) for the Z-vector; the blocks as in Weigend & Häser 1997,
+checked against finite differences of mp2trn's energies in tests/test_gradient.py.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConvergenceError
+from .orbitals import Channel
+
+
+@dataclass
+class Response:
+    """Relaxed MP2 density correction and energy-weighted density per channel (MO basis, (nmo, nmo)),
+    the unrelaxed correction, and the Z-vector's iteration count and residual."""
+
+    p_relaxed: list[np.ndarray]
+    p_unrelaxed: list[np.ndarray]
+    w: list[np.ndarray]
+    iterations: int
+    residual: float
+
+
+def fock_response(mf, chans: list[Channel], mats: list[np.ndarray]) -> list[np.ndarray]:
+    """G^σ[X] in each channel's MO basis for symmetric MO-basis matrices X^σ (one J/K build)."""
+    ao = [ch.c @ x @ ch.c.T for ch, x in zip(chans, mats)]
+    if len(ao) == 1:
+        vj, vk = mf.get_jk(mf.mol, ao[0], hermi=1)
+        g = [2.0 * vj - vk]
+    else:
+        vj, vk = mf.get_jk(mf.mol, np.array(ao), hermi=1)
+        g = [vj[0] + vj[1] - vk[0], vj[0] + vj[1] - vk[1]]
+    return [ch.c.T @ gg @ ch.c for ch, gg in zip(chans, g)]
+
+
+def unrelaxed(chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
+              x: list[np.ndarray]) -> list[np.ndarray]:
+    """P per channel (nmo, nmo): the active-occupied and virtual blocks, and the core–active block."""
+    out = []
+    for ch, po, pv, xx in zip(chans, p_occ, p_vir, x):
+        p = np.zeros((ch.nmo, ch.nmo))
+        p[np.ix_(ch.act, ch.act)] = po
+        p[np.ix_(ch.vir, ch.vir)] = pv
+        if len(ch.core):
+            core = -0.5 * xx[np.ix_(ch.core, ch.act)] / (ch.e[ch.core][:, None] - ch.e[ch.act][None, :])
+            p[np.ix_(ch.core, ch.act)] = core
+            p[np.ix_(ch.act, ch.core)] = core.T
+        out.append(p)
+    return out
+
+
+def solve_zvector(mf, chans: list[Channel], lag: list[np.ndarray], tol: float = 1e-10,
+                  max_iter: int = 100) -> tuple[list[np.ndarray], int, float]:
+    """z per channel (nvir, nocc) from (ε_a − ε_k) z + G[Z + Zᵀ]_vo = −L by preconditioned conjugate
+    gradients (the orbital Hessian of a stable SCF is positive definite); one J/K build per iteration.
+    Stops when ‖r‖ < tol·‖L‖; raises ConvergenceError after ``max_iter`` iterations."""
+    shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
+    diag = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in chans])
+
+    def split(v):
+        out, k = [], 0
+        for n, m in shapes:
+            out.append(v[k : k + n * m].reshape(n, m))
+            k += n * m
+        return out
+
+    def apply(v):
+        mats = []
+        for ch, z in zip(chans, split(v)):
+            full = np.zeros((ch.nmo, ch.nmo))
+            full[np.ix_(ch.vir, ch.occ)] = z
+            mats.append(full + full.T)
+        g = fock_response(mf, chans, mats)
+        return diag * v + np.concatenate([gg[np.ix_(ch.vir, ch.occ)].ravel() for ch, gg in zip(chans, g)])
+
+    rhs = -np.concatenate([l.ravel() for l in lag])
+    norm = float(np.linalg.norm(rhs))
+    if norm == 0.0:
+        return split(np.zeros_like(rhs)), 0, 0.0
+    x = rhs / diag
+    r = rhs - apply(x)
+    z = r / diag
+    p = z.copy()
+    rz = float(r @ z)
+    for it in range(1, max_iter + 1):
+        ap = apply(p)
+        alpha = rz / float(p @ ap)
+        x += alpha * p
+        r -= alpha * ap
+        res = float(np.linalg.norm(r))
+        if res < tol * norm:
+            return split(x), it, res / norm
+        z = r / diag
+        rz_new = float(r @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    raise ConvergenceError(f"the Z-vector equations did not converge in {max_iter} iterations (relative residual "
+                           f"{res / norm:.1e}); the SCF may be unstable (a lower-energy solution exists)")
+
+
+def relax(mf, chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndarray], x: list[np.ndarray],
+          tol: float = 1e-10) -> Response:
+    """The relaxed density and the energy-weighted density from the unrelaxed blocks and the Lagrangian."""
+    p = unrelaxed(chans, p_occ, p_vir, x)
+    g = fock_response(mf, chans, p)
+    lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[np.ix_(ch.vir, ch.occ)]
+           for ch, xx, gg in zip(chans, x, g)]
+    zs, iterations, residual = solve_zvector(mf, chans, lag, tol)
+    p_rel = []
+    for ch, pp, z in zip(chans, p, zs):
+        q = pp.copy()
+        q[np.ix_(ch.vir, ch.occ)] = 0.5 * z
+        q[np.ix_(ch.occ, ch.vir)] = 0.5 * z.T
+        p_rel.append(q)
+    g_rel = fock_response(mf, chans, p_rel)
+    ws = []
+    for ch, pp, xx, z, gg in zip(chans, p, x, zs, g_rel):
+        e = ch.e
+        w = np.zeros((ch.nmo, ch.nmo))
+        w[np.ix_(ch.act, ch.act)] = 0.5 * xx[np.ix_(ch.act, ch.act)] + e[ch.act][:, None] * pp[np.ix_(ch.act, ch.act)]
+        w[np.ix_(ch.vir, ch.vir)] = 0.5 * xx[np.ix_(ch.vir, ch.vir)] + e[ch.vir][:, None] * pp[np.ix_(ch.vir, ch.vir)]
+        if len(ch.core):
+            w[np.ix_(ch.core, ch.act)] = 2.0 * e[ch.act][None, :] * pp[np.ix_(ch.core, ch.act)]
+        w[np.ix_(ch.occ, ch.vir)] = xx[np.ix_(ch.occ, ch.vir)]
+        w[np.ix_(ch.vir, ch.occ)] = e[ch.occ][None, :] * z
+        w = 0.5 * (w + w.T)
+        w[np.ix_(ch.occ, ch.occ)] += gg[np.ix_(ch.occ, ch.occ)]
+        ws.append(w)
+    return Response(p_rel, p, ws, iterations, residual)

@@ -1,0 +1,110 @@
+"""Gradient stage 2: everything the MP2 fitting basis contributes, in one pass over its AO blocks.
+
+Γ̄ (orthonormal fitting basis, from :mod:`mp2trn.grad.densities`) becomes Γ^P_ia = [L⁻ᵀ Γ̄]_P, which
+contracts with the raw integrals (P|μν); the metric density is γ = L⁻ᵀ (Σ Γ̄ Bᵀ) L⁻¹. Per block of
+fitting functions P this pass makes
+
+- the orbital Lagrangian of the 2PDM, X_ti = Σ_aP (ta|P) Γ^P_ia and X_ta = Σ_iP (ti|P) Γ^P_ia (t over all
+  MOs), through the half-transformed Γ^P_iν = Σ_a Γ^P_ia C_νa and Γ^P_aν = Σ_i Γ^P_ia C_νi;
+- the AO 2PDM Γ^P_μν = Σ_i C_μi Γ^P_iν and its contraction with the derivative integrals (μν|P)^R;
+
+and after the pass −½ Σ_PQ γ_PQ (P|Q)^R. PySCF's derivative integrals differentiate the electron
+coordinate, so d/dR_A is minus the sum over the functions centred on A.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+from pyscf import gto
+
+from ..df import DFIntegrals, _shell_ranges
+from ..scratch import check_stopped
+from ..transform import BStore
+from .orbitals import Channel
+
+
+@dataclass
+class RiTerms:
+    """X per channel ((nmo, nmo): columns of active occupied and virtual orbitals filled) and the
+    fitting-basis gradient terms (natm, 3) in Eh/bohr."""
+
+    lagrangian: list[np.ndarray]
+    de_3c: np.ndarray
+    de_metric: np.ndarray
+
+
+def to_fitting_coefficients(gamma: BStore, l_chol: np.ndarray, column_block: int) -> None:
+    """Γ̄ → Γ = L⁻ᵀ Γ̄ in place, ``column_block`` columns at a time."""
+    for arr in gamma.arrays:
+        ncol = arr.shape[1]
+        for c0 in range(0, ncol, column_block):
+            c1 = min(ncol, c0 + column_block)
+            arr[:, c0:c1] = scipy.linalg.solve_triangular(l_chol, np.asarray(arr[:, c0:c1]), lower=True, trans="T")
+
+
+def metric_density(gamma: BStore, b: BStore, weights: list[float], l_chol: np.ndarray, column_block: int) -> np.ndarray:
+    """γ = L⁻ᵀ (Σ_σ w_σ Γ̄^σ B^σᵀ) L⁻¹ (naux, naux), symmetric; Γ̄ must still be in the orthonormal basis."""
+    naux = l_chol.shape[0]
+    m = np.zeros((naux, naux))
+    for g, bb, w in zip(gamma.arrays, b.arrays, weights):
+        for c0 in range(0, g.shape[1], column_block):
+            c1 = min(g.shape[1], c0 + column_block)
+            m += w * (np.asarray(g[:, c0:c1], dtype=np.float64) @ np.asarray(bb[:, c0:c1], dtype=np.float64).T)
+    a = scipy.linalg.solve_triangular(l_chol, m, lower=True, trans="T")
+    gam = scipy.linalg.solve_triangular(l_chol, a.T, lower=True, trans="T").T
+    return (gam + gam.T) / 2
+
+
+def metric_gradient(auxmol: gto.Mole, natm: int, gam: np.ndarray) -> np.ndarray:
+    """−½ Σ_PQ γ_PQ (P|Q)^R per atom (natm, 3)."""
+    ip = auxmol.intor("int2c2e_ip1")                     # (3, naux, naux), ∇ on P
+    per_function = np.einsum("xpq,pq->px", ip, gam)
+    return _per_atom(auxmol, natm, per_function)
+
+
+def _per_atom(mol: gto.Mole, natm: int, per_function: np.ndarray) -> np.ndarray:
+    """Sum rows of a (nfunctions, 3) array over the atoms the functions sit on."""
+    out = np.zeros((natm, 3))
+    for atom, (_, _, p0, p1) in enumerate(mol.aoslice_by_atom()):
+        out[atom] = per_function[p0:p1].sum(axis=0)
+    return out
+
+
+def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """One pass over the fitting basis: the Lagrangian X per channel and Σ Γ^P_μν (μν|P)^R (natm, 3).
+
+    ``gamma`` holds Γ in the fitting coefficients (after :func:`to_fitting_coefficients`)."""
+    mol, auxmol = dfi.mol, dfi.auxmol
+    nao, nbas = mol.nao_nr(), mol.nbas
+    pmol = mol + auxmol
+    loc = auxmol.ao_loc_nr()
+    xs = [np.zeros((ch.nmo, ch.nmo)) for ch in channels]
+    per_ao = np.zeros((nao, 3))          # Σ over ν, P of ip1 · (Γ + Γᵀ), by the function μ
+    per_aux = np.zeros((dfi.naux, 3))     # Σ over μ, ν of ip2 · Γ, by the fitting function P
+    for s0, s1 in _shell_ranges(loc, aux_block):
+        p0, p1 = int(loc[s0]), int(loc[s1])
+        shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
+        ao = pmol.intor("int3c2e", aosym="s1", shls_slice=shls).T          # (p, nao, nao) (symmetric in μν)
+        g_ao = np.zeros((p1 - p0, nao, nao))
+        for ch, x, g_store in zip(channels, xs, gamma.arrays):
+            g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p1 - p0, ch.nact, ch.nvir)
+            c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
+            half_o = g @ c_v.T                                            # (p, i, ν) = Σ_a Γ C_νa
+            half_v = np.swapaxes(g, 1, 2) @ c_o.T                          # (p, a, ν) = Σ_i Γ C_νi
+            x[:, ch.act] += ch.c.T @ np.einsum("pmn,pin->mi", ao, half_o, optimize=True)
+            x[:, ch.vir] += ch.c.T @ np.einsum("pmn,pan->ma", ao, half_v, optimize=True)
+            g_ao += ch.weight * (c_o @ half_o)                            # (p, μ, ν) = Σ_i C_μi Γ^P_iν
+        del ao
+        # (3, μ, ν, P) with ∇ on μ (ip1) or on P (ip2)
+        ip1 = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls)
+        per_ao -= np.einsum("xmnp,pmn->mx", ip1, g_ao + np.swapaxes(g_ao, 1, 2), optimize=True)
+        del ip1
+        ip2 = pmol.intor("int3c2e_ip2", comp=3, aosym="s1", shls_slice=shls)
+        per_aux[p0:p1] -= np.einsum("xmnp,pmn->px", ip2, g_ao, optimize=True)
+        del ip2
+        check_stopped()
+    de = _per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux)
+    return xs, de
