@@ -11,6 +11,7 @@ when given a name, and keeping the result::
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from .devices import Device, get_device
 from .df import build_df, describe_basis
 from .energy import pair_energies
 from .errors import InputError, ResourceError
+from .methods import get_method
 from .memory import SpinShape, plan_blocks
 from .options import Frozen
 from .parallel import Comm
@@ -159,6 +161,7 @@ class DFMP2:
         progress: Progress | None = None,
         device_options: dict[str, Any] | None = None,
         keep_pair_energies: bool = False,
+        method: str = "mp2",
     ):
         self._scf = mf
         self.mol = mf.mol
@@ -170,7 +173,11 @@ class DFMP2:
         self.progress = progress
         self.device_options = device_options or {}
         self.keep_pair_energies = keep_pair_energies
+        self.method = get_method(method)
+        if self.method.double_hybrid:
+            raise InputError(f"DFMP2 takes mp2, scs-mp2 or sos-mp2; run the double hybrid {method} through mp2trn.run")
         self.result: MP2Result | None = None
+        self._relaxed: dict[bool, Any] = {}
 
     # PySCF-style attribute access
     def _need(self) -> MP2Result:
@@ -193,16 +200,47 @@ class DFMP2:
         """The memory budget in MB: ``max_memory`` if set, else the SCF object's ``max_memory``."""
         return float(self.max_memory if self.max_memory is not None else self._scf.max_memory)
 
-    def run(self) -> DFMP2:
-        """Compute the DF-MP2 energy; returns self (PySCF style)."""
+    def _with_device(self, work):
         owned = not isinstance(self.device, Device)
         device = get_device(self.device, self.precision, **self.device_options)
         try:
-            self.result = kernel(self._scf, device, self.budget_mb, self.auxbasis, self.frozen, self.progress,
-                                 self.keep_pair_energies)
+            return work(device)
         finally:
             if owned:
                 device.close()
+
+    def run(self) -> DFMP2:
+        """Compute the DF-MP2 energy; returns self (PySCF style). ``e_tot`` is the method's total energy."""
+        result = self._with_device(lambda device: kernel(self._scf, device, self.budget_mb, self.auxbasis, self.frozen,
+                                                         self.progress, self.keep_pair_energies))
+        self.result = replace(result, method=self.method)
         return self
 
     kernel = run
+
+    def gradient_result(self, derivatives: bool = True):
+        """The gradient stages (:func:`mp2trn.grad.kernel`) for this object's SCF, settings and method; with
+        ``derivatives=False`` only the relaxed density (no derivative integrals)."""
+        from .grad import kernel as gradient_kernel
+
+        if not derivatives and False in self._relaxed:
+            return self._relaxed[False]
+        out = self._with_device(lambda device: gradient_kernel(
+            self._scf, device, self.budget_mb, self.auxbasis, self.frozen, self.method.c_os, self.method.c_ss,
+            self.progress, derivatives))
+        self._relaxed[False] = out   # the densities of a full gradient run serve make_rdm1 too
+        return out
+
+    def nuc_grad_method(self):
+        """The gradient object (PySCF's shape): ``.kernel()`` → (natm, 3) Eh/bohr."""
+        from .grad import Gradients
+
+        return Gradients(self)
+
+    Gradients = nuc_grad_method
+
+    def make_rdm1(self, relaxed: bool = True) -> np.ndarray:
+        """The MP2 one-particle density in the AO basis (SCF part included): spin-summed (nao, nao) for RHF,
+        (α, β) as (2, nao, nao) for UHF; ``relaxed`` includes the orbital response (Z-vector)."""
+        out = self.gradient_result(derivatives=False)
+        return out.dm_relaxed if relaxed else out.dm_unrelaxed

@@ -105,6 +105,8 @@ class RunOptions:
     distributed: None — spread the molecule over the ranks of a torchrun launch or of an initialised
     torch.distributed process group (one rank: this process alone); False — this process alone, whatever
     the launch (``mp2trn batch`` gives each rank whole molecules); True — as None, and one rank is an error.
+    gradient: also the analytic nuclear gradient of the method's energy, the relaxed MP2 density, its dipole
+    and natural orbitals (:mod:`mp2trn.grad`; mp2, scs-mp2, sos-mp2 on a density-fitted SCF, one rank).
     """
 
     basis: str | dict = "cc-pvdz"
@@ -130,6 +132,7 @@ class RunOptions:
     scratch: str | None = None
     device_options: Mapping[str, Any] = field(default_factory=dict)
     distributed: bool | None = None
+    gradient: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, (str, Device)):
@@ -151,6 +154,11 @@ class RunOptions:
             raise InputError(f"--grid applies to double-hybrid methods only (not {self.method})")
         if get_method(self.method).double_hybrid and not self.scf_df:
             raise InputError(f"{self.method}: double hybrids run a density-fitted Kohn-Sham SCF; drop --no-scf-df")
+        if self.gradient and get_method(self.method).double_hybrid:
+            raise InputError(f"--gradient: analytic gradients cover mp2, scs-mp2 and sos-mp2; {self.method} "
+                             "(a double hybrid) is not supported yet")
+        if self.gradient and not self.scf_df:
+            raise InputError("--gradient differentiates the density-fitted SCF mp2trn runs by default; drop --no-scf-df")
         if self.ecp is not None and not str(self.ecp).strip():
             raise InputError("--ecp needs a name: auto, none, or an ECP/basis name or file")
         unit = str(self.unit).lower()

@@ -26,7 +26,7 @@ from pyscf import gto
 
 from . import dfmp2
 from .devices import Device, get_device
-from .errors import NumericalError
+from .errors import InputError, NumericalError
 from .geometry import check_geometry
 from .df import largest_shell, make_auxmol
 from .memory import budget_mb, check_budget_before_scf, peak_rss_mb
@@ -166,6 +166,11 @@ def compute(
     :func:`open_ranks`) every rank returns the same result, which records each rank's memory and traffic."""
     if comm is not None:
         comm = device_comm(comm, device)   # on NKI devices the arrays travel in NKI collective kernels
+    if options.gradient and comm is not None and comm.size > 1:
+        raise InputError(f"--gradient runs on one rank for now ({comm.size} ranks were launched); run it without "
+                         "torchrun, or spread energies over ranks without --gradient")
+    if options.gradient and not device.has_pair_densities:
+        raise InputError(f"--gradient: device {device.name!r} has no gradient pair step yet; use --device cpu or sim")
     stage = scf_stage(source, options, device, progress, comm)
     mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
     check_stopped()
@@ -192,8 +197,36 @@ def compute(
             notes = notes + [f"the cost report is rank {comm.rank}'s own share of the kernels (1 of {comm.size} "
                              "ranks); extras.mp2trn.parallel.per_rank has each rank's modeled device time"]
     reference = result.reference.replace("HF", "KS") if method.double_hybrid else result.reference
-    return replace(result, timings=timings, scf=record, notes=notes, parallel=parallel, what_ran=what_ran,
-                   method=method, e_disp=dispersion_energy(mf.mol, method), reference=reference), mf
+    result = replace(result, timings=timings, scf=record, notes=notes, parallel=parallel, what_ran=what_ran,
+                     method=method, e_disp=dispersion_energy(mf.mol, method), reference=reference)
+    if options.gradient:
+        result = gradient_stage(result, mf, _auxbasis(molecule, options), options, device, progress)
+    return result, mf
+
+
+def gradient_stage(result: MP2Result, mf, auxbasis, options: RunOptions, device: Device,
+                   progress: Progress | None = None) -> MP2Result:
+    """The analytic gradient of ``result``'s energy, the relaxed density's dipole and natural occupations
+    (:mod:`mp2trn.grad`), added to ``result`` with the stages' timings and what ran."""
+    from .grad import kernel as gradient_kernel
+    from .grad.properties import dipole, natural_orbitals
+
+    check_stopped()
+    method = result.method
+    g = gradient_kernel(mf, device, budget_mb(options.max_memory), auxbasis, options.frozen, method.c_os, method.c_ss,
+                        progress)
+    mol = mf.mol
+    dipoles = {"scf": dipole(mol, g.dm_hf).tolist(), "mp2_unrelaxed": dipole(mol, g.dm_unrelaxed).tolist(),
+               "mp2_relaxed": dipole(mol, g.dm_relaxed).tolist()}
+    nos = natural_orbitals(mol, g.dm_relaxed, mf.mo_coeff)
+    timings = {**result.timings, **g.timings}
+    timings["total"] = result.timings["total"] + g.timings["gradient"]
+    cost = result.cost
+    if cost:   # the device's modeled cost now includes the gradient's kernels
+        cost = device.cost_report()
+        add_run_summary(cost, result.scf, timings)
+    return replace(result, gradient=g.gradient, dipoles=dipoles, natural_occupations=nos.occupations.tolist(),
+                   densities=g, timings=timings, cost=cost, what_ran={**result.what_ran, **g.what_ran})
 
 
 def _basis_names(molecule: BuiltMolecule, what_ran: dict[str, Any]) -> dict[str, Any]:

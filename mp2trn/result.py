@@ -33,6 +33,10 @@ class MP2Result:
     parallel: dict[str, Any] | None = None  # a run over ranks: backend, and per rank memory and bytes sent
     method: Method = field(default_factory=lambda: METHODS["mp2"])  # what e_tot is
     e_disp: float = 0.0  # the method's dispersion energy (Hartree; double hybrids with -D3BJ)
+    gradient: np.ndarray | None = None  # (natm, 3) Eh/bohr of e_tot, when the gradient was asked for
+    dipoles: dict[str, list[float]] | None = None  # a.u.: "scf", "mp2_unrelaxed", "mp2_relaxed" (with nuclei)
+    natural_occupations: list[float] | None = None  # of the relaxed MP2 density, descending
+    densities: Any = None  # the gradient stage's GradientResult (AO densities, terms); not written to JSON
 
     @property
     def e_corr(self) -> float:
@@ -104,6 +108,11 @@ class MP2Result:
             props["nuclear_repulsion_energy"] = self.e_nuc
         if self.scf and self.scf.get("cycles") is not None:
             props["scf_iterations"] = self.scf["cycles"]
+        if self.gradient is not None:
+            props["return_gradient"] = np.asarray(self.gradient).ravel().tolist()
+        if self.dipoles:
+            props["scf_dipole_moment"] = list(self.dipoles["scf"])
+            props["mp2_dipole_moment"] = list(self.dipoles["mp2_relaxed"])
         extras = dict(self.what_ran)
         extras.update(
             {
@@ -119,13 +128,15 @@ class MP2Result:
                 "notes": self.notes,
                 **({"scf": self.scf} if self.scf is not None else {}),
                 **({"parallel": self.parallel} if self.parallel is not None else {}),
+                **({"dipoles_au": self.dipoles, "natural_occupations": self.natural_occupations}
+                   if self.dipoles else {}),
             }
         )
         return {
             "schema_name": "qcschema_output",
             "schema_version": 1,
             "molecule": self.molecule,
-            "driver": "energy",
+            "driver": "energy" if self.gradient is None else "gradient",
             "model": {"method": self.method.name, "basis": self.what_ran.get("basis")},
             "keywords": {
                 "df_basis_mp2": self.what_ran.get("auxbasis"),
@@ -134,7 +145,7 @@ class MP2Result:
             },
             "provenance": {"creator": "mp2trn", "version": __version__, "routine": "mp2trn.DFMP2"},
             "properties": props,
-            "return_result": self.e_tot,
+            "return_result": self.e_tot if self.gradient is None else np.asarray(self.gradient).ravel().tolist(),
             "success": True,
             "extras": {"mp2trn": extras},
         }

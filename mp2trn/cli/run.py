@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -22,6 +23,11 @@ def run(
     xyz: Path = typer.Argument(..., help="Molecule in XYZ format (Angstrom unless --unit bohr)."),
     json_path: JsonPath = None,
     quiet: Quiet = False,
+    gradient: bool = typer.Option(False, "--gradient", help=(
+        "Also the analytic nuclear gradient (Eh/bohr), the relaxed MP2 density's dipole and natural orbitals; "
+        "--json then writes a gradient-driver result.")),
+    molden: Optional[Path] = typer.Option(None, "--molden", help=(
+        "Write the natural orbitals of the relaxed MP2 density to this Molden file (implies --gradient).")),
     **flags,
 ) -> None:
     """Compute the DF-MP2 energy of a molecule (an XYZ file, any molecule file ASE reads, or a QCSchema
@@ -30,15 +36,22 @@ def run(
     from ..scratch import run_scratch
 
     check_output_path(json_path)
-    options = options_from_flags(flags)
+    check_output_path(molden)
+    options = options_from_flags({**flags, "gradient": gradient or molden is not None})
     atomic_input = _atomic_input_text(xyz)
     if atomic_input:
         return run_qcschema_file(xyz, atomic_input, options, json_path, quiet)
     with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as dev, \
             StageProgress(enabled=not quiet and sys.stderr.isatty() and comm.rank == 0) as progress:
-        result, _ = compute(xyz, options, dev, progress, comm=comm)
+        result, mf = compute(xyz, options, dev, progress, comm=comm)
     if comm.rank == 0:   # over several ranks, rank 0 alone prints and writes
+        if molden is not None:
+            from ..grad.properties import natural_orbitals, write_molden
+
+            write_molden(molden, mf.mol, natural_orbitals(mf.mol, result.densities.dm_relaxed, mf.mo_coeff))
         finish(json_path, result.to_qcschema(), quiet, lambda: print_result(result, title=str(xyz)))
+        if molden is not None and not quiet:
+            console.print(f"natural orbitals of the relaxed MP2 density written to {molden}")
 
 
 def _atomic_input_text(path: Path) -> str | None:
@@ -194,6 +207,10 @@ def what_ran_table(result: MP2Result) -> Table:
     table.add_row("memory", mem)
     if result.parallel:
         table.add_row("ranks", ranks_summary(result.parallel))
+    if result.gradient is not None:
+        table.add_row("gradient", f"{w.get('gradient')}: pair sweep on {w.get('gradient_pairs')} "
+                      f"({w.get('gradient_strips')} strips), Z-vector {w.get('zvector_iterations')} iterations on "
+                      f"{w.get('gradient_jk')} J/K, derivative integrals {w.get('derivative_integrals')}")
     return table
 
 
@@ -230,8 +247,39 @@ def timing_table(result: MP2Result) -> Table:
     return table
 
 
+def gradient_table(result: MP2Result) -> Table:
+    """Per atom: symbol and dE/dx, dE/dy, dE/dz in Eh/bohr."""
+    table = Table(title=f"Nuclear gradient of the {result.method.name.upper()} energy (Eh/bohr)", title_justify="left")
+    for col in ("atom", "x", "y", "z"):
+        table.add_column(col, justify="left" if col == "atom" else "right")
+    symbols = (result.molecule or {}).get("symbols", [])
+    real = (result.molecule or {}).get("real", [])
+    for k, row in enumerate(result.gradient):
+        label = f"{k + 1} {symbols[k] if k < len(symbols) else ''}" + (" (ghost)" if k < len(real) and not real[k] else "")
+        table.add_row(label, *(f"{v:.10f}" for v in row))
+    return table
+
+
+def dipole_table(result: MP2Result) -> Table:
+    """The SCF, unrelaxed-MP2 and relaxed-MP2 dipole moments (nuclei included) in Debye and a.u."""
+    from ..grad.properties import debye
+
+    table = Table(title="Dipole moment (about the coordinate origin)", title_justify="left")
+    for col in ("density", "x (D)", "y (D)", "z (D)", "|μ| (D)", "|μ| (a.u.)"):
+        table.add_column(col, justify="left" if col == "density" else "right")
+    for key, label in (("scf", "SCF"), ("mp2_unrelaxed", "MP2 unrelaxed"), ("mp2_relaxed", "MP2 relaxed")):
+        au = result.dipoles[key]
+        d = debye(au)
+        table.add_row(label, *(f"{v:.5f}" for v in d), f"{float(sum(v * v for v in d)) ** 0.5:.5f}",
+                      f"{float(sum(v * v for v in au)) ** 0.5:.6f}")
+    return table
+
+
 def print_result(result: MP2Result, title: str) -> None:
     console.print(energy_table(result, title))
+    if result.gradient is not None:
+        console.print(gradient_table(result))
+        console.print(dipole_table(result))
     console.print(what_ran_table(result))
     if result.cost:
         from ..costreport import cost_table  # noqa: PLC0415

@@ -42,7 +42,7 @@ class GradientResult:
     """The gradient (natm, 3) in Eh/bohr, its terms, the densities (AO, spin-summed unless noted) and
     what the stages took (s)."""
 
-    gradient: np.ndarray
+    gradient: np.ndarray | None
     terms: dict[str, np.ndarray]
     dm_hf: np.ndarray                  #: SCF density, (nao, nao) or (2, nao, nao) for UHF
     dm_relaxed: np.ndarray             #: SCF + relaxed MP2 correction, same shape
@@ -64,17 +64,20 @@ def check_supported(mf) -> None:
 
 
 def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = None, frozen: Frozen = None,
-           c_os: float = 1.0, c_ss: float = 1.0, progress: Progress | None = None) -> GradientResult:
+           c_os: float = 1.0, c_ss: float = 1.0, progress: Progress | None = None,
+           derivatives: bool = True) -> GradientResult:
     """Analytic gradient of E_SCF + c_os·E_os + c_ss·E_ss (DF-MP2 with ``auxbasis``) for the converged
-    density-fitted SCF ``mf``; the pair sweep runs on ``device`` within ``max_memory`` MB."""
+    density-fitted SCF ``mf``; the pair sweep runs on ``device`` within ``max_memory`` MB.
+
+    ``derivatives=False`` stops after the relaxed density (no derivative integrals; ``gradient`` is None)."""
     check_supported(mf)
     if not device.has_pair_densities:
         raise InputError(f"device {device.name!r} has no gradient pair step yet; run gradients on --device cpu or sim")
     with one_blas_pool():
-        return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress)
+        return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives)
 
 
-def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress) -> GradientResult:
+def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives) -> GradientResult:
     t_start = time.perf_counter()
     mol = mf.mol
     frozen_sel = select_frozen(mf, frozen)
@@ -100,19 +103,22 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress) -> G
         gam = ri.metric_density(gamma, b_store, weights, dfi.l_chol, column_block)
         ri.to_fitting_coefficients(gamma, dfi.l_chol, column_block)
         aux_block = _aux_block(mol.nao_nr(), dfi.max_aux_shell, max_memory)
-        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, aux_block)
-        de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam)
+        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, aux_block, derivatives)
+        de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
         timings["gradient_ri"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     jk_before = _jk_builds(mf)
     resp = relax(mf, chans, dens.p_occ, dens.p_vir, lagrangian)
     timings["gradient_response"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    terms = _derivative_terms(mf, chans, resp)
-    timings["gradient_integrals"] = time.perf_counter() - t0
-    terms["mp2_ri_3c"] = de_3c
-    terms["mp2_ri_metric"] = de_metric
-    gradient = sum(terms.values())
+    terms: dict[str, np.ndarray] = {}
+    gradient = None
+    if derivatives:
+        t0 = time.perf_counter()
+        terms = _derivative_terms(mf, chans, resp)
+        timings["gradient_integrals"] = time.perf_counter() - t0
+        terms["mp2_ri_3c"] = de_3c
+        terms["mp2_ri_metric"] = de_metric
+        gradient = sum(terms.values())
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": device.name,
@@ -122,6 +128,27 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress) -> G
                 "gradient_strips": dens.strips}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
                           _ao(chans, _amplitude_blocks(chans, dens), dm_hf), resp.iterations, timings, what_ran)
+
+
+class Gradients:
+    """Nuclear gradients of a :class:`mp2trn.DFMP2` (PySCF's shape: ``DFMP2(mf).run().nuc_grad_method()``).
+
+    ``kernel()`` returns the gradient (natm, 3) in Eh/bohr of the DFMP2 object's method (``mp2``,
+    ``scs-mp2``, ``sos-mp2``) and keeps it as ``de``; ``result`` holds the terms, densities and timings.
+    """
+
+    def __init__(self, mp):
+        self.base = mp
+        self.mol = mp.mol
+        self.de: np.ndarray | None = None
+        self.result: GradientResult | None = None
+
+    def kernel(self) -> np.ndarray:
+        self.result = self.base.gradient_result(derivatives=True)
+        self.de = self.result.gradient
+        return self.de
+
+    grad = kernel
 
 
 def _amplitude_blocks(chans: list[Channel], dens) -> list[np.ndarray]:

@@ -73,8 +73,10 @@ def _per_atom(mol: gto.Mole, natm: int, per_function: np.ndarray) -> np.ndarray:
     return out
 
 
-def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int) -> tuple[list[np.ndarray], np.ndarray]:
-    """One pass over the fitting basis: the Lagrangian X per channel and Σ Γ^P_μν (μν|P)^R (natm, 3).
+def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int,
+            derivatives: bool = True) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """One pass over the fitting basis: the Lagrangian X per channel and Σ Γ^P_μν (μν|P)^R (natm, 3)
+    (None without ``derivatives``: a relaxed density needs only X).
 
     ``gamma`` holds Γ in the fitting coefficients (after :func:`to_fitting_coefficients`)."""
     mol, auxmol = dfi.mol, dfi.auxmol
@@ -88,7 +90,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block:
         p0, p1 = int(loc[s0]), int(loc[s1])
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
         ao = pmol.intor("int3c2e", aosym="s1", shls_slice=shls).T          # (p, nao, nao) (symmetric in μν)
-        g_ao = np.zeros((p1 - p0, nao, nao))
+        g_ao = np.zeros((p1 - p0, nao, nao)) if derivatives else None
         for ch, x, g_store in zip(channels, xs, gamma.arrays):
             g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p1 - p0, ch.nact, ch.nvir)
             c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
@@ -96,8 +98,11 @@ def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block:
             half_v = np.swapaxes(g, 1, 2) @ c_o.T                          # (p, a, ν) = Σ_i Γ C_νi
             x[:, ch.act] += ch.c.T @ np.einsum("pmn,pin->mi", ao, half_o, optimize=True)
             x[:, ch.vir] += ch.c.T @ np.einsum("pmn,pan->ma", ao, half_v, optimize=True)
-            g_ao += ch.weight * (c_o @ half_o)                            # (p, μ, ν) = Σ_i C_μi Γ^P_iν
+            if derivatives:
+                g_ao += ch.weight * (c_o @ half_o)                            # (p, μ, ν) = Σ_i C_μi Γ^P_iν
         del ao
+        if not derivatives:
+            continue
         # (3, μ, ν, P) with ∇ on μ (ip1) or on P (ip2)
         ip1 = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls)
         per_ao -= np.einsum("xmnp,pmn->mx", ip1, g_ao + np.swapaxes(g_ao, 1, 2), optimize=True)
@@ -106,5 +111,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block:
         per_aux[p0:p1] -= np.einsum("xmnp,pmn->px", ip2, g_ao, optimize=True)
         del ip2
         check_stopped()
+    if not derivatives:
+        return xs, None
     de = _per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux)
     return xs, de
