@@ -2,14 +2,13 @@
 
 The energy is a density-fitted SCF (the JK-fit basis) plus DF-MP2 (the RI basis); its gradient is
 
-    dE/dR = [DF-SCF gradient, PySCF's, with the JK-fit basis' response]
-          + Σ P·h^R + B^R(P, D_SCF) − Σ W·S^R                 (P relaxed, W energy-weighted: stage 3)
+    dE/dR = V_nn^R + Σ (D + P)·h^R − Σ (W_SCF + W)·S^R          (P relaxed, W energy-weighted: stage 3)
+          + [½D·J[D] − ½Σ_σ D^σ·K[D^σ] + Σ_σ P^σ·G^σ[D]]^R      (JK-fit integrals and metric: .jk_terms)
           + Σ Γ^P_μν (μν|P)^R − ½ Σ γ_PQ (P|Q)^R                (the RI basis: stage 2)
 
-where B^R(P, D) is the derivative of Σ_σ Σ P^σ·G^σ[D] through the JK-fit integrals alone (PySCF's DF
-gradient J/K, aux response included). Stages: B as the energy builds it (:mod:`mp2trn.transform`), the
-pair sweep on the device (:mod:`.densities`), the fitting-basis pass (:mod:`.ri`), the orbital response
-with the SCF's J/K (:mod:`.response`), then PySCF's derivative integrals for the rest.
+Stages: B as the energy builds it (:mod:`mp2trn.transform`), the pair sweep on the device
+(:mod:`.densities`), the fitting-basis pass (:mod:`.ri`), the orbital response with the SCF's J/K
+(:mod:`.response`), then the derivative integrals (libcint through PySCF) for the rest.
 """
 
 from __future__ import annotations
@@ -20,10 +19,9 @@ from typing import Any
 
 import numpy as np
 from pyscf import dft
-from pyscf.df.grad import rhf as df_rhf_grad
 
 from ..devices import Device
-from ..df import build_df, quiet_pyscf
+from ..df import build_df, largest_shell, quiet_pyscf
 from ..errors import InputError, ResourceError
 from ..memory import SpinShape, plan_blocks
 from ..options import Frozen
@@ -33,6 +31,7 @@ from ..scf import check_converged
 from ..threads import one_blas_pool
 from ..transform import BStore, build_b
 from . import densities, ri
+from .jk_terms import two_electron_gradient
 from .orbitals import Channel, channels
 from .response import Response, relax
 
@@ -114,7 +113,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     gradient = None
     if derivatives:
         t0 = time.perf_counter()
-        terms = _derivative_terms(mf, chans, resp)
+        terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w,
+                                  _aux_block(mol.nao_nr(), largest_shell(mf.with_df.auxmol), max_memory))
         timings["gradient_integrals"] = time.perf_counter() - t0
         terms["mp2_ri_3c"] = de_3c
         terms["mp2_ri_metric"] = de_metric
@@ -124,7 +124,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": device.name,
                 "gradient_jk": _jk_where(mf), "zvector_iterations": resp.iterations,
                 "zvector_jk_builds": _jk_builds(mf) - jk_before if jk_before is not None else None,
-                "zvector_residual": resp.residual, "derivative_integrals": "PySCF (host, fp64)",
+                "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
                           _ao(chans, _amplitude_blocks(chans, dens), dm_hf), resp.iterations, timings, what_ran)
@@ -193,51 +193,36 @@ def _jk_where(mf) -> str:
     return f"device {mf.with_df.device.name}" if isinstance(mf.with_df, DeviceJK) else "pyscf (host, fp64)"
 
 
-def _derivative_terms(mf, chans: list[Channel], resp: Response) -> dict[str, np.ndarray]:
-    """The SCF gradient and the terms of the relaxed density through PySCF's derivative integrals."""
+def _derivative_terms(mf, chans: list[Channel], p_mo: list[np.ndarray], w_mo: list[np.ndarray],
+                      aux_block: int) -> dict[str, np.ndarray]:
+    """Every term through the SCF's integrals, for the SCF density plus the MP2 correction ``p_mo`` and
+    the SCF's plus the MP2 energy-weighted density ``w_mo`` (MO bases, per channel; zero matrices give
+    the SCF gradient alone): nuclear repulsion, Σ (D + P)·h^R − Σ (W_SCF + W)·S^R and the JK-fit
+    two-electron terms (:mod:`.jk_terms`)."""
     mol = mf.mol
     with quiet_pyscf():
         mf_grad = mf.nuc_grad_method()
-        mf_grad.verbose = 0
-        de_scf = np.asarray(mf_grad.kernel())
     hcore_deriv = mf_grad.hcore_generator(mol)
     s1 = mf_grad.get_ovlp(mol)
-    p_spin = [ch.c @ p @ ch.c.T for ch, p in zip(chans, resp.p_relaxed)]     # per channel, one spin each
-    w_ao = sum(ch.weight * ch.c @ w @ ch.c.T for ch, w in zip(chans, resp.w))
-    p_tot = sum(ch.weight * p for ch, p in zip(chans, p_spin))
-    aoslices = mol.aoslice_by_atom()
-    de_h = np.zeros((mol.natm, 3))
-    de_s = np.zeros((mol.natm, 3))
-    for atom, (_, _, p0, p1) in enumerate(aoslices):
-        de_h[atom] = np.einsum("xij,ij->x", hcore_deriv(atom), p_tot)
-        de_s[atom] = -2.0 * np.einsum("xij,ij->x", s1[:, p0:p1], w_ao[p0:p1])
-    return {"scf": de_scf, "mp2_hcore": de_h, "mp2_overlap": de_s,
-            "mp2_separable": _separable(mf_grad, mf, chans, p_spin)}
-
-
-def _separable(mf_grad, mf, chans: list[Channel], p_spin: list[np.ndarray]) -> np.ndarray:
-    """B^R(P, D): the derivative of Σ_σ P^σ·G^σ[D] = P·J[D] − Σ_σ P^σ·K[D^σ] through the JK-fit integrals
-    (the fitting basis' response included), from PySCF's DF-gradient J/K of the sets [D^c…, P^c…]."""
-    mol = mf.mol
-    n = len(chans)
-    weights = [ch.weight for ch in chans]
+    p_spin = [ch.c @ p @ ch.c.T for ch, p in zip(chans, p_mo)]     # per channel, one spin each
     dm = np.asarray(mf.make_rdm1())
-    d_spin = list(dm) if n == 2 else [dm / 2]
-    dms = np.array(d_spin + p_spin)
-    with quiet_pyscf():
-        vj, vk = df_rhf_grad.get_jk(mf_grad, mol, dms, hermi=1)
-    aux_j, aux_k = np.asarray(vj.aux), np.asarray(vk.aux)       # (2n, 2n, natm, 3)
-    vj, vk = np.asarray(vj), np.asarray(vk)                     # (2n, 3, nao, nao), bra derivative, negated
-    de = np.zeros((mol.natm, 3))
+    dm = dm.sum(axis=0) if dm.ndim == 3 else dm
+    dm = dm + sum(ch.weight * p for ch, p in zip(chans, p_spin))
+    w_scf = np.asarray(mf_grad.make_rdm1e(mf.mo_energy, mf.mo_coeff, mf.mo_occ))
+    w_ao = (w_scf.sum(axis=0) if w_scf.ndim == 3 else w_scf) + sum(ch.weight * ch.c @ w @ ch.c.T
+                                                                    for ch, w in zip(chans, w_mo))
+    de_1e = np.zeros((mol.natm, 3))
     for atom, (_, _, p0, p1) in enumerate(mol.aoslice_by_atom()):
-        def bra(v, d):
-            return 2.0 * np.einsum("xij,ij->x", v[:, p0:p1], d[p0:p1])
-        for c in range(n):
-            for c2 in range(n):
-                de[atom] += weights[c] * weights[c2] * (bra(vj[c2], dms[n + c]) + bra(vj[n + c], dms[c2]))
-            de[atom] -= weights[c] * (bra(vk[c], dms[n + c]) + bra(vk[n + c], dms[c]))
-    for c in range(n):
-        for c2 in range(n):
-            de += weights[c] * weights[c2] * (aux_j[c2, n + c] + aux_j[n + c, c2])
-        de -= weights[c] * (aux_k[c, n + c] + aux_k[n + c, c])
-    return de
+        de_1e[atom] = np.einsum("xij,ij->x", hcore_deriv(atom), dm) \
+            - 2.0 * np.einsum("xij,ij->x", s1[:, p0:p1], w_ao[p0:p1])
+    return {"nuclear": np.asarray(mf_grad.grad_nuc()), "one_electron": de_1e,
+            "two_electron_jk": two_electron_gradient(mf, chans, p_spin, aux_block)}
+
+
+def scf_gradient(mf, max_memory: float) -> np.ndarray:
+    """The density-fitted SCF's own gradient (natm, 3) through the same terms (a check on them: it equals
+    PySCF's DF gradient with the fitting basis' response)."""
+    chans = channels(mf, select_frozen(mf, None))
+    zeros = [np.zeros((ch.nmo, ch.nmo)) for ch in chans]
+    aux_block = _aux_block(mf.mol.nao_nr(), largest_shell(mf.with_df.auxmol), max_memory)
+    return sum(_derivative_terms(mf, chans, zeros, zeros, aux_block).values())

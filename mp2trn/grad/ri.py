@@ -73,6 +73,26 @@ def _per_atom(mol: gto.Mole, natm: int, per_function: np.ndarray) -> np.ndarray:
     return out
 
 
+def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, g_ao: np.ndarray, per_ao: np.ndarray,
+                            per_aux: np.ndarray) -> None:
+    """Add Σ_Pμν g[P, μ, ν] (μν|P)^R, split by the function carrying the derivative: orbital functions into
+    ``per_ao`` (nao, 3), the block's fitting functions into ``per_aux`` (p, 3).
+
+    g: (p, nao, nao) for the fitting functions of ``shls`` (any symmetry). PySCF's ip1/ip2 integrals come
+    as (3, μ, ν, P) with μ fastest in memory, i.e. C-contiguous (3, P, ν, μ) once transposed; ∇ on μ (ip1)
+    or on P (ip2), and d/dR_A = −∇ for functions on A."""
+    p = g_ao.shape[0]
+    g_t = np.ascontiguousarray(g_ao.transpose(0, 2, 1))                 # (P, ν, μ)
+    sym = (g_ao + g_t).reshape(-1, g_ao.shape[1])                       # (P·ν, μ): ip1 sees both indices
+    ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
+    for x in range(3):
+        per_ao[:, x] -= np.einsum("rm,rm->m", ip[x].reshape(-1, sym.shape[1]), sym)
+    del ip
+    ip = pmol.intor("int3c2e_ip2", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
+    for x in range(3):
+        per_aux[:, x] -= np.einsum("pr,pr->p", ip[x].reshape(p, -1), g_t.reshape(p, -1))
+
+
 def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int,
             derivatives: bool = True) -> tuple[list[np.ndarray], np.ndarray | None]:
     """One pass over the fitting basis: the Lagrangian X per channel and Σ Γ^P_μν (μν|P)^R (natm, 3)
@@ -90,26 +110,24 @@ def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block:
         p0, p1 = int(loc[s0]), int(loc[s1])
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
         ao = pmol.intor("int3c2e", aosym="s1", shls_slice=shls).T          # (p, nao, nao) (symmetric in μν)
-        g_ao = np.zeros((p1 - p0, nao, nao)) if derivatives else None
-        for ch, x, g_store in zip(channels, xs, gamma.arrays):
-            g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p1 - p0, ch.nact, ch.nvir)
-            c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
-            half_o = g @ c_v.T                                            # (p, i, ν) = Σ_a Γ C_νa
-            half_v = np.swapaxes(g, 1, 2) @ c_o.T                          # (p, a, ν) = Σ_i Γ C_νi
-            x[:, ch.act] += ch.c.T @ np.einsum("pmn,pin->mi", ao, half_o, optimize=True)
-            x[:, ch.vir] += ch.c.T @ np.einsum("pmn,pan->ma", ao, half_v, optimize=True)
-            if derivatives:
-                g_ao += ch.weight * (c_o @ half_o)                            # (p, μ, ν) = Σ_i C_μi Γ^P_iν
+        p = p1 - p0
+        ao_rows = np.ascontiguousarray(ao.transpose(1, 0, 2)).reshape(nao, p * nao)   # (μ, (P, ν))
         del ao
+        g_ao = np.zeros((p, nao, nao)) if derivatives else None
+        for ch, x, g_store in zip(channels, xs, gamma.arrays):
+            g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p, ch.nact, ch.nvir)
+            c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
+            half_o = g @ c_v.T                                            # (P, i, ν) = Σ_a Γ C_νa
+            half_v = np.swapaxes(g, 1, 2) @ c_o.T                          # (P, a, ν) = Σ_i Γ C_νi
+            # Σ_Pν (P|μν) half[P, ·, ν]: one GEMM over the (P, ν) rows each
+            x[:, ch.act] += ch.c.T @ (ao_rows @ np.ascontiguousarray(half_o.transpose(0, 2, 1)).reshape(p * nao, -1))
+            x[:, ch.vir] += ch.c.T @ (ao_rows @ np.ascontiguousarray(half_v.transpose(0, 2, 1)).reshape(p * nao, -1))
+            if derivatives:
+                g_ao += ch.weight * (c_o @ half_o)                        # (P, μ, ν) = Σ_i C_μi Γ^P_iν
+        del ao_rows
         if not derivatives:
             continue
-        # (3, μ, ν, P) with ∇ on μ (ip1) or on P (ip2)
-        ip1 = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls)
-        per_ao -= np.einsum("xmnp,pmn->mx", ip1, g_ao + np.swapaxes(g_ao, 1, 2), optimize=True)
-        del ip1
-        ip2 = pmol.intor("int3c2e_ip2", comp=3, aosym="s1", shls_slice=shls)
-        per_aux[p0:p1] -= np.einsum("xmnp,pmn->px", ip2, g_ao, optimize=True)
-        del ip2
+        contract_3c_derivatives(pmol, shls, g_ao, per_ao, per_aux[p0:p1])
         check_stopped()
     if not derivatives:
         return xs, None

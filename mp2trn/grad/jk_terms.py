@@ -1,0 +1,84 @@
+"""The two-electron gradient of the SCF's own density fitting: the SCF energy's J/K terms and the MP2
+separable term, in one pass over the JK-fit basis' derivative integrals.
+
+With D^σ = C^σ_occ C^σ_occᵀ (the SCF density per spin), P^σ the relaxed MP2 correction and
+Z^σ = ½D^σ + P^σ, the energy these terms differentiate (integrals only, orbitals fixed) is
+
+    E = Σ_PQ ρ[D]_P V⁻¹_PQ ρ[Z]_Q − Σ_σ Σ_i Σ_PQ (P|Z^σ C_i ⊗ C_i) V⁻¹ …   i.e.   ½D·J[D] + P·J[D] − Σ_σ Z^σ·K[D^σ]
+
+(ρ[X]_P = Σ_μν (P|μν) X_μν). Exchange is factored through the occupied orbitals alone: with
+A_P,μi = (P|μi), d = V⁻¹A and c_P,μi = Σ_ν Z_μν d_P,νi, Σ_σ Z^σ·K[D^σ] = Σ A·c, whose derivative is
+2 Σ (P|μi)^R c_P,μi − Σ_PQ (Σ d_P c_Q) V^R_PQ. So the rank of every factor is the occupied count,
+never the basis size (a relaxed density has full rank: factoring it, as a generic J/K gradient must,
+costs n/o times more). Sources: the DF-SCF gradient of Weigend & Häser (1997) and PySCF's
+``df/grad/rhf.py`` for the integral conventions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+from pyscf import gto
+
+from ..df import _shell_ranges
+from ..scratch import check_stopped
+from .orbitals import Channel
+from .ri import _per_atom, contract_3c_derivatives, metric_gradient
+
+
+def two_electron_gradient(mf, chans: list[Channel], p_spin: list[np.ndarray], aux_block: int) -> np.ndarray:
+    """(natm, 3) Eh/bohr: the derivative of ½D·J[D] − ½Σ_σ D^σ·K[D^σ] + Σ_σ P^σ·G^σ[D] through the JK-fit
+    integrals (orbital and fitting-function centres). p_spin: one AO matrix per channel (per spin)."""
+    mol = mf.mol
+    auxmol = mf.with_df.auxmol
+    nao, nbas, naux = mol.nao_nr(), mol.nbas, auxmol.nao_nr()
+    pmol = mol + auxmol
+    loc = auxmol.ao_loc_nr()
+    blocks = list(_shell_ranges(loc, aux_block))
+    chol = scipy.linalg.cho_factor(auxmol.intor("int2c2e", hermi=1), lower=True)
+    occ = [ch.c[:, ch.occ] for ch in chans]
+    d_spin = [o @ o.T for o in occ]
+    z_spin = [0.5 * d + p for d, p in zip(d_spin, p_spin)]
+    d_tot = sum(ch.weight * d for ch, d in zip(chans, d_spin))
+    z_tot = sum(ch.weight * z for ch, z in zip(chans, z_spin))
+    # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|μi) per channel
+    rho_d, rho_z = np.zeros(naux), np.zeros(naux)
+    half = [np.empty((naux, nao, o.shape[1])) for o in occ]
+    for s0, s1 in blocks:
+        p0, p1 = int(loc[s0]), int(loc[s1])
+        ao = pmol.intor("int3c2e", aosym="s1", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1)).T   # (p, ν, μ)
+        flat = ao.reshape(p1 - p0, -1)
+        rho_d[p0:p1] = flat @ d_tot.ravel()
+        rho_z[p0:p1] = flat @ z_tot.ravel()
+        for h, o in zip(half, occ):
+            h[p0:p1] = (ao.reshape(-1, nao) @ o).reshape(p1 - p0, nao, -1)
+        check_stopped()
+    a = scipy.linalg.cho_solve(chol, rho_z)      # V⁻¹ρ[Z]
+    b = scipy.linalg.cho_solve(chol, rho_d)      # V⁻¹ρ[D]
+    gamma = 0.5 * (np.outer(b, a) + np.outer(a, b))
+    coef = []
+    for ch, h, z in zip(chans, half, z_spin):
+        d = scipy.linalg.cho_solve(chol, h.reshape(naux, -1)).reshape(h.shape)       # V⁻¹(P|μi)
+        c = np.einsum("mn,pni->pmi", z, d, optimize=True)                           # Σ_ν Z_μν d_P,νi
+        gamma -= ch.weight * _sym(d.reshape(naux, -1) @ c.reshape(naux, -1).T)
+        coef.append(c)
+    del half
+    # pass 2: the derivative integrals, contracted with the AO "densities" of every fitting function
+    per_ao = np.zeros((nao, 3))
+    per_aux = np.zeros((naux, 3))
+    for s0, s1 in blocks:
+        p0, p1 = int(loc[s0]), int(loc[s1])
+        g = a[p0:p1, None, None] * d_tot + b[p0:p1, None, None] * z_tot
+        for ch, c, o in zip(chans, coef, occ):
+            g -= 2.0 * ch.weight * (c[p0:p1] @ o.T)                                  # Σ_i c_P,μi C_λi
+        contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), g, per_ao, per_aux[p0:p1])
+        check_stopped()
+    return _per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux) \
+        + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
+
+
+def _sym(m: np.ndarray) -> np.ndarray:
+    return 0.5 * (m + m.T)
+
+
+__all__ = ["two_electron_gradient"]

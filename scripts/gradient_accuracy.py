@@ -1,0 +1,115 @@
+"""How accurate the analytic DF-MP2 gradient and relaxed dipole are, measured (numbers for docs/gradients.md).
+
+    python scripts/gradient_accuracy.py                     # all sections
+    python scripts/gradient_accuracy.py --only fd,pyscf      # some of: fd, pyscf, precision
+    python scripts/gradient_accuracy.py --only precision --devices cpu:fp32 sim:fp32 sim:fp32x3
+
+- fd: max |analytic − 5-point finite difference (h = 1e-3 bohr)| of mp2trn's own energies, per case.
+- pyscf: against PySCF's conventional (non-DF) MP2 gradient and the finite-field dipole of PySCF's
+  conventional MP2 energy (the density-fitting error, not a formula error).
+- precision: max |g(device, precision) − g(cpu, fp64)| on the small-molecule validation set.
+Prints Markdown tables. A measurement script, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from pyscf import gto, mp, scf
+
+import mp2trn
+
+WATER = "O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45"
+HYDROXYL = "O 0 0 0; H 0.1 0 1.05"
+VALIDATION = ["molecules/water.xyz", "molecules/hydroxyl.xyz", "molecules/ammonia.xyz", "molecules/formaldehyde.xyz",
+              "molecules/methyl.xyz", "molecules/hydrogen_fluoride.xyz"]
+TIGHT = {"conv_tol": 1e-12}
+
+
+def _run(mol, gradient=False, **kw):
+    return mp2trn.run(mol, basis=mol.basis, multiplicity=mol.spin + 1, gradient=gradient, **TIGHT, **kw)
+
+
+def fd_section() -> None:
+    cases = [("water RHF, frozen core", WATER, 0, {}, {"frozen": "auto"}),
+             ("hydroxyl UHF, frozen core", HYDROXYL, 1, {}, {"frozen": "auto"}),
+             ("water SCS-MP2", WATER, 0, {}, {"method": "scs-mp2"}),
+             ("water + ghost He", WATER + "; ghost-He 0 0 2.6", 0, {}, {"frozen": "auto"}),
+             ("HI def2-SVP (ECP)", "I 0 0 0; H 0 0.1 1.65", 0, {"basis": "def2-svp", "ecp": "def2-svp"}, {"frozen": "auto"})]
+    print("| case | max \\|analytic − FD\\| (Eh/bohr) | max \\|g\\| | \\|Σ_A g_A\\| |")
+    print("|---|---|---|---|")
+    h = 1e-3
+    for label, atom, spin, molkw, kw in cases:
+        mol = gto.M(atom=atom, spin=spin, verbose=0, **{"basis": "cc-pvdz", **molkw})
+        g = _run(mol, True, **kw).gradient
+        coords = mol.atom_coords()
+        fd = np.zeros_like(coords)
+        for a in range(mol.natm):
+            for x in range(3):
+                e = {}
+                for k in (-2, -1, 1, 2):
+                    c = coords.copy()
+                    c[a, x] += k * h
+                    e[k] = _run(mol.set_geom_(c, unit="Bohr", inplace=False), **kw).e_tot
+                fd[a, x] = (e[-2] - 8 * e[-1] + 8 * e[1] - e[2]) / (12 * h)
+        print(f"| {label} | {np.abs(g - fd).max():.1e} | {np.abs(g).max():.3f} | {np.abs(g.sum(0)).max():.0e} |")
+
+
+def pyscf_section() -> None:
+    print("| molecule | max \\|g_mp2trn − g_PySCF conventional\\| (Eh/bohr) | \\|Δμ\\| relaxed dipole (au) |")
+    print("|---|---|---|")
+    for label, atom, spin in (("water (distorted)", WATER, 0), ("hydroxyl", HYDROXYL, 1)):
+        mol = gto.M(atom=atom, basis="cc-pvdz", spin=spin, verbose=0)
+        mf = scf.RHF(mol) if spin == 0 else scf.UHF(mol)
+        mf.conv_tol = 1e-12
+        conventional = mp.MP2(mf.run()).run().nuc_grad_method().kernel()
+        ours = _run(mol, True)
+        fd = np.zeros(3)
+        h0 = mf.get_hcore()
+        r = mol.intor("int1e_r")
+        for x in range(3):
+            e = []
+            for sign in (-1, 1):
+                m = scf.RHF(mol) if spin == 0 else scf.UHF(mol)
+                h = h0 + sign * 1e-3 * r[x]
+                m.get_hcore = lambda *args, h=h: h
+                m.conv_tol = 1e-12
+                e.append(mp.MP2(m.run()).run().e_tot)
+            fd[x] = -(e[1] - e[0]) / 2e-3
+        nuclear = np.einsum("a,ax->x", mol.atom_charges(), mol.atom_coords())
+        dmu = np.abs(np.asarray(ours.dipoles["mp2_relaxed"]) - (fd + nuclear)).max()
+        print(f"| {label} | {np.abs(ours.gradient - conventional).max():.1e} | {dmu:.1e} |")
+
+
+def precision_section(devices: list[str]) -> None:
+    print("| device:precision | " + " | ".join(p.split("/")[-1].removesuffix(".xyz") for p in VALIDATION)
+          + " | max | wall (s) |")
+    print("|---|" + "---|" * (len(VALIDATION) + 2))
+    ref = {p: mp2trn.run(p, gradient=True, **TIGHT).gradient for p in VALIDATION}
+    for spec in devices:
+        device, precision = spec.split(":")
+        t0 = time.perf_counter()
+        errs = [np.abs(mp2trn.run(p, gradient=True, device=device, precision=precision, **TIGHT).gradient - ref[p]).max()
+                for p in VALIDATION]
+        print(f"| {spec} | " + " | ".join(f"{e:.1e}" for e in errs) + f" | {max(errs):.1e} | "
+              f"{time.perf_counter() - t0:.1f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="fd,pyscf,precision")
+    parser.add_argument("--devices", nargs="*", default=["cpu:fp32"])
+    args = parser.parse_args()
+    sections = args.only.split(",")
+    if "fd" in sections:
+        fd_section()
+    if "pyscf" in sections:
+        pyscf_section()
+    if "precision" in sections:
+        precision_section(args.devices)
+
+
+if __name__ == "__main__":
+    main()
