@@ -134,7 +134,7 @@ def check_before_scf(molecule: BuiltMolecule, options: RunOptions, device: Devic
 
 
 def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Device, progress: Progress | None = None,
-              comm: Comm | None = None) -> ScfStage:
+              comm: Comm | None = None, dm0=None) -> ScfStage:
     """Molecule → converged SCF (J/K builds on ``device`` where it has them, shared over the ranks of
     ``comm``), after the checks that need no SCF."""
     molecule = build_molecule(source, options)
@@ -147,7 +147,7 @@ def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Devic
     if progress:
         progress("scf", 0, options.max_cycle)
     mf = run_scf(mol, scf_options, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
-                 comm=comm)
+                 comm=comm, dm0=dm0)
     if progress:
         progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
     return ScfStage(mf, time.perf_counter() - t0, molecule.notes, molecule)
@@ -160,10 +160,12 @@ def compute(
     progress: Progress | None = None,
     keep_pair_energies: bool = False,
     comm: Comm | None = None,
+    dm0=None,
 ) -> tuple[MP2Result, Any]:
     """Molecule → SCF → DF-MP2 on ``device``. Returns the result (timings: scf, the DF-MP2 stages,
     total) and the converged PySCF mean-field object. With ``comm`` over several ranks (see
-    :func:`open_ranks`) every rank returns the same result, which records each rank's memory and traffic."""
+    :func:`open_ranks`) every rank returns the same result, which records each rank's memory and traffic.
+    ``dm0``: the SCF's initial density (a nearby geometry's, in the same basis), else PySCF's guess."""
     if comm is not None:
         comm = device_comm(comm, device)   # on NKI devices the arrays travel in NKI collective kernels
     if options.gradient and comm is not None and comm.size > 1:
@@ -171,7 +173,7 @@ def compute(
                          "torchrun, or spread energies over ranks without --gradient")
     if options.gradient and not device.has_pair_densities:
         raise InputError(f"--gradient: device {device.name!r} has no gradient pair step yet; use --device cpu or sim")
-    stage = scf_stage(source, options, device, progress, comm)
+    stage = scf_stage(source, options, device, progress, comm, dm0)
     mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
     check_stopped()
     result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), _auxbasis(molecule, options), options.frozen,

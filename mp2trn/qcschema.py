@@ -7,7 +7,9 @@ converted to version 2 first.
 
 What an input may say (everything else is an InputError naming what is accepted):
 
-- ``specification.driver``: ``energy``.
+- ``specification.driver``: ``energy``, ``gradient`` (return_result: the natm × 3 analytic gradient in
+  Eh/bohr; mp2, scs-mp2 and sos-mp2) or ``properties`` (return_result: the energies and the SCF and relaxed
+  MP2 dipole moments, which also fill ``scf_dipole_moment`` / ``mp2_dipole_moment``).
 - ``specification.model.method``: any method of :mod:`mp2trn.methods` — ``mp2``, ``scs-mp2``,
   ``sos-mp2``, the double hybrids (return_result is that method's total energy) — or ``hf`` / ``scf``
   (the SCF alone); ``model.basis``: a basis name (PySCF library or Basis Set Exchange) or file.
@@ -37,6 +39,8 @@ from .version import __version__
 EXTRA_HINT = "pip install 'mp2trn[qcschema]' (qcelemental and qcengine)"
 #: methods of the SCF alone (return_result: the SCF energy); every method of :mod:`mp2trn.methods` also runs
 SCF_METHODS = ("hf", "scf")
+#: the drivers a QCSchema input may ask for
+DRIVERS = ("energy", "gradient", "properties")
 #: keyword → RunOptions field
 KEYWORDS = {
     "device": "device", "precision": "precision", "frozen_core": "frozen", "frozen": "frozen",
@@ -131,9 +135,12 @@ def options_of(atomic_input, base: RunOptions | None = None, memory_mb: float | 
     """(method, RunOptions) for an AtomicInput; unsupported drivers, methods and keywords are InputErrors."""
     spec = atomic_input.specification
     driver = str(getattr(spec.driver, "value", spec.driver)).lower()
-    if driver != "energy":
-        raise InputError(f"driver {driver!r} is not available in mp2trn: only 'energy'")
+    if driver not in DRIVERS:
+        raise InputError(f"driver {driver!r} is not available in mp2trn: {', '.join(DRIVERS)}")
     method = str(spec.model.method).lower()
+    if driver != "energy" and (method in SCF_METHODS or get_method(method).double_hybrid):
+        raise InputError(f"driver {driver!r} needs the analytic MP2 gradient: methods mp2, scs-mp2, sos-mp2 "
+                         f"(not {spec.model.method!r})")
     if method not in SCF_METHODS:
         try:
             method = get_method(method).name
@@ -156,6 +163,8 @@ def options_of(atomic_input, base: RunOptions | None = None, memory_mb: float | 
             fields[KEYWORDS[key]] = value
     if method not in SCF_METHODS:
         fields["method"] = method
+    if driver != "energy":
+        fields["gradient"] = True
     return method, RunOptions.build(base, **fields)
 
 
@@ -190,11 +199,18 @@ def run_atomic_input(data, memory_mb: float | None = None):
     props["return_energy"] = value
     if not math.isfinite(value):
         raise NumericalError(f"the {method} energy is not finite ({value}); nothing is returned")
+    driver = str(getattr(atomic_input.specification.driver, "value", atomic_input.specification.driver)).lower()
+    returned: Any = value
+    if driver == "gradient":
+        returned = result.gradient
+    elif driver == "properties":
+        returned = {"return_energy": value, "scf_dipole_moment": list(result.dipoles["scf"]),
+                    "mp2_dipole_moment": list(result.dipoles["mp2_relaxed"])}
     return v2.AtomicResult(
         input_data=atomic_input,
         molecule=atomic_input.molecule,
         properties=v2.AtomicProperties(**props),
-        return_result=value,
+        return_result=returned,
         provenance=v2.Provenance(creator="mp2trn", version=__version__, routine="mp2trn.qcschema.run_atomic_input"),
         extras=extras,
         success=True,
@@ -284,6 +300,45 @@ def register() -> bool:
     if "mp2trn" not in qcengine.list_all_programs():
         qcengine.register_program(_harness_class()())
     return True
+
+
+def optimization_result(opt, options: RunOptions) -> dict[str, Any]:
+    """A QCSchema ``OptimizationResult``-shaped document (schema qcschema_optimization_output) of an
+    :class:`mp2trn.geomopt.Optimization`: the molecules, the trajectory of gradient results, energies, and
+    SCF cycles and wall time per step in extras."""
+    from .result import qcschema_molecule
+
+    def molecule(step) -> dict[str, Any]:
+        if step.result is not None:
+            return step.result.molecule
+        first = opt.steps[-1].result or next((s.result for s in opt.steps if s.result is not None), None)
+        base = dict(first.molecule) if first is not None else {}
+        return {**base, "geometry": step.coords.ravel().tolist()}
+
+    def atomic(step) -> dict[str, Any]:
+        if step.result is not None:
+            return step.result.to_qcschema()
+        return {"schema_name": "qcschema_output", "schema_version": 1, "molecule": molecule(step),
+                "driver": "gradient", "model": {"method": options.method, "basis": options.basis},
+                "properties": {"return_energy": step.energy}, "return_result": step.gradient.ravel().tolist(),
+                "success": True, "extras": {"mp2trn": {"resumed": "read back from the trajectory"}}}
+
+    return {
+        "schema_name": "qcschema_optimization_output",
+        "schema_version": 1,
+        "input_specification": {"driver": "gradient", "model": {"method": options.method, "basis": options.basis},
+                                "keywords": {"frozen": str(options.frozen), "auxbasis": options.auxbasis,
+                                             "jkbasis": options.jkbasis, "device": str(options.device_name)}},
+        "initial_molecule": molecule(opt.steps[0]),
+        "final_molecule": molecule(opt.final),
+        "trajectory": [atomic(s) for s in opt.steps],
+        "energies": [s.energy for s in opt.steps],
+        "success": bool(opt.converged),
+        "provenance": {"creator": "mp2trn", "version": __version__, "routine": "mp2trn.geomopt.optimize"},
+        "extras": {"mp2trn": {"message": opt.message, "scf_cycles": [s.scf_cycles for s in opt.steps],
+                              "seconds": [s.seconds for s in opt.steps],
+                              "max_gradient": [s.max_gradient for s in opt.steps]}},
+    }
 
 
 __all__ = ["looks_like_atomic_input", "load_atomic_input", "run_atomic_input", "register", "error_type",

@@ -44,13 +44,15 @@ def new_mean_field(mol: gto.Mole, options: ScfOptions):
 
 
 def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
-            device: Device | None = None, progress: Progress | None = None, comm: Comm | None = None):
+            device: Device | None = None, progress: Progress | None = None, comm: Comm | None = None,
+            dm0: np.ndarray | None = None):
     """Run RHF (spin 0) or UHF (spin > 0) and return the converged mean-field object.
 
     ``max_memory`` (MB) configures PySCF's own SCF (its ``max_memory``) and bounds the device copy of the
     3-index tensor; None keeps PySCF's default. With a density-fitted SCF and ``device``, the J/K builds
     run there (``options.jk``, :mod:`mp2trn.jk`); ``scf_record(mf)`` says what ran. ``progress("scf",
-    cycle, max_cycle)`` after each cycle. ``comm``: the ranks of a run spread over several — every rank
+    cycle, max_cycle)`` after each cycle. ``dm0``: the initial density (AO; a nearby geometry's converged
+    density in the same basis), else PySCF's default guess. ``comm``: the ranks of a run spread over several — every rank
     runs the same SCF driver, and the J/K builds are shared by auxiliary rows (device J/K only).
     Raises ConvergenceError when the SCF fails to converge.
     """
@@ -82,7 +84,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     mf.conv_check = False   # its extra cycle is one more J/K build; see _canonical_orbitals
     try:
         with _orthogonalisation_threshold(options.lindep), one_blas_pool():
-            mf.kernel()
+            mf.kernel(dm0=dm0)
             check_converged(mf)
             _canonical_orbitals(mf, last)
     finally:

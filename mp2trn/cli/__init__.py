@@ -4,7 +4,7 @@ Flags shared by several commands are defined once in :mod:`mp2trn.cli.common`; e
 :class:`~mp2trn.options.RunOptions` from them and goes through :mod:`mp2trn.pipeline`.
 """
 
-from . import batch, bench, clean, info, interaction, run, selftest, validate  # noqa: F401  (each registers its command on `app`)
+from . import batch, bench, clean, info, interaction, optimize, run, selftest, validate  # noqa: F401  (each registers its command on `app`)
 from .common import app
 
 

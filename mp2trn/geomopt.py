@@ -1,0 +1,305 @@
+"""Geometry optimisation: geomeTRIC (the ``geometric`` package) drives mp2trn's analytic gradient.
+
+    opt = optimize("molecules/water.xyz", RunOptions(basis="cc-pvdz", gradient=True), convergence="gau")
+    opt.converged, opt.steps[-1].energy, opt.final_xyz()
+
+geomeTRIC (L.-P. Wang, C. Song, J. Chem. Phys. 144, 214108 (2016)) optimises in translation-rotation
+internal coordinates with its convergence sets and constraints files; mp2trn supplies energies and
+gradients through geomeTRIC's engine interface. Each step's SCF starts from the previous step's converged
+AO density (the basis moves with the atoms, so the matrix is a close guess), which cuts SCF cycles per
+step. Every finished step is appended to the trajectory (multi-frame XYZ, written atomically, the energy
+and gradient in each comment line), so a killed optimisation resumes from its last finished step
+(``resume=True``) without recomputing it; geomeTRIC's internal state (its Hessian model, trust radius)
+restarts there, which it does not allow to be saved.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyscf.data import nist
+
+from .devices import Device
+from .errors import ConvergenceError, InputError, Mp2trnError
+from .files import write_text_atomic
+from .options import RunOptions
+from .result import MP2Result
+
+BOHR = nist.BOHR   # Å per bohr (PySCF's value, which geomeTRIC is given too)
+
+#: geomeTRIC's convergence sets, by the names its ``--converge`` option takes (lower case here)
+CONVERGENCE_SETS = ("gau", "gau_loose", "gau_tight", "gau_verytight", "nwchem_loose", "turbomole",
+                    "interfrag_tight")
+
+
+@dataclass
+class OptStep:
+    """One evaluated geometry: energy (Eh), gradient (natm, 3) Eh/bohr, coordinates (natm, 3) bohr, the
+    SCF cycles and wall time (s) it took (None for a step read back from a trajectory)."""
+
+    step: int
+    energy: float
+    gradient: np.ndarray
+    coords: np.ndarray
+    scf_cycles: int | None = None
+    seconds: float | None = None
+    result: MP2Result | None = None
+
+    @property
+    def max_gradient(self) -> float:
+        return float(np.max(np.abs(self.gradient)))
+
+    @property
+    def rms_gradient(self) -> float:
+        return float(np.sqrt(np.mean(self.gradient ** 2)))
+
+
+@dataclass
+class Optimization:
+    """The outcome: every step, whether geomeTRIC converged, and the atom labels (ghosts as ``ghost-X``)."""
+
+    labels: list[str]
+    steps: list[OptStep] = field(default_factory=list)
+    converged: bool = False
+    message: str = ""
+
+    @property
+    def final(self) -> OptStep:
+        return self.steps[-1]
+
+    def final_xyz(self) -> str:
+        return xyz_frame(self.labels, self.final.coords, f"energy={self.final.energy:.10f} Eh (mp2trn optimize, "
+                         f"{'converged' if self.converged else 'not converged'}, step {self.final.step})")
+
+
+def xyz_frame(labels: list[str], coords_bohr: np.ndarray, comment: str) -> str:
+    """One XYZ frame (Å); ghost atoms are written ``Gh(X)`` so mp2trn reads them back as ghosts."""
+    rows = [f"{_xyz_label(l):<8s} {x:16.10f} {y:16.10f} {z:16.10f}" for l, (x, y, z) in
+            zip(labels, np.asarray(coords_bohr) * BOHR)]
+    return "\n".join([str(len(labels)), comment, *rows]) + "\n"
+
+
+def _xyz_label(label: str) -> str:
+    return f"Gh({label.split('-', 1)[1].capitalize()})" if label.lower().startswith("ghost-") else label
+
+
+class Trajectory:
+    """The multi-frame XYZ of every finished step; the comment line carries step, energy and gradient so
+    that ``read`` can resume without recomputing."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path is not None else None
+        self.frames: list[str] = []
+
+    def append(self, labels: list[str], step: OptStep) -> None:
+        grad = ",".join(f"{v:.12e}" for v in np.asarray(step.gradient).ravel())
+        self.frames.append(xyz_frame(labels, step.coords, f"step={step.step} energy={step.energy:.12f} "
+                                                          f"gradient_eh_bohr={grad}"))
+        if self.path is not None:
+            write_text_atomic(self.path, "".join(self.frames))
+
+    def read(self) -> list[OptStep]:
+        """The finished steps stored in the file (empty when there is none)."""
+        if self.path is None or not self.path.exists():
+            return []
+        lines = self.path.read_text().splitlines()
+        steps, k = [], 0
+        while k < len(lines) and lines[k].strip():
+            n = int(lines[k])
+            comment = dict(part.split("=", 1) for part in lines[k + 1].split() if "=" in part)
+            rows = [r.split() for r in lines[k + 2 : k + 2 + n]]
+            try:
+                coords = np.array([[float(v) for v in r[1:4]] for r in rows]) / BOHR
+                grad = np.array([float(v) for v in comment["gradient_eh_bohr"].split(",")]).reshape(n, 3)
+                steps.append(OptStep(int(comment["step"]), float(comment["energy"]), grad, coords))
+            except (KeyError, ValueError, IndexError):
+                raise InputError(f"{self.path} is not an mp2trn optimisation trajectory (frame {len(steps) + 1}); "
+                                 "resume needs the file an earlier `mp2trn optimize --trajectory` wrote") from None
+            self.frames.append("\n".join(lines[k : k + 2 + n]) + "\n")
+            k += 2 + n
+        return steps
+
+
+class PointCalculator:
+    """Energy and gradient of one molecule at any geometry on one open device; each SCF starts from the
+    previous geometry's converged density (``reuse_density``)."""
+
+    def __init__(self, source, options: RunOptions, device: Device, reuse_density: bool = True):
+        from .pipeline import build_molecule
+
+        self.options = RunOptions.build(options, gradient=True)
+        self.molecule = build_molecule(source, self.options)
+        self.device = device
+        self.reuse_density = reuse_density
+        self._dm: np.ndarray | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        mol = self.molecule.mol
+        return [mol.atom_symbol(i) for i in range(mol.natm)]
+
+    @property
+    def ghosts(self) -> list[int]:
+        mol = self.molecule.mol
+        return [i for i in range(mol.natm) if mol.atom_charge(i) == 0 and mol.atom_symbol(i).lower().startswith(("ghost", "x-"))]
+
+    def __call__(self, coords_bohr: np.ndarray, step: int) -> OptStep:
+        from dataclasses import replace
+
+        from .pipeline import compute
+
+        t0 = time.perf_counter()
+        mol = self.molecule.mol.set_geom_(np.asarray(coords_bohr).reshape(-1, 3), unit="Bohr", inplace=False)
+        result, mf = compute(replace(self.molecule, mol=mol), self.options, self.device,
+                             dm0=self._dm if self.reuse_density else None)
+        self._dm = mf.make_rdm1()
+        return OptStep(step, result.e_tot, np.asarray(result.gradient), mol.atom_coords(unit="Bohr"),
+                       result.scf["cycles"], time.perf_counter() - t0, result)
+
+    @property
+    def start_coords(self) -> np.ndarray:
+        return self.molecule.mol.atom_coords(unit="Bohr")
+
+
+def _engine(calc: PointCalculator, opt: Optimization, cache: dict[bytes, OptStep], trajectory: Trajectory,
+            report: Callable[[OptStep, OptStep | None], None] | None):
+    """geomeTRIC's engine around ``calc`` (made here: geomeTRIC is an optional extra)."""
+    from geometric.engine import Engine
+    from geometric.molecule import Molecule
+
+    molecule = Molecule()
+    molecule.elem = [l.split("-", 1)[1].capitalize() if l.lower().startswith("ghost-") else l for l in calc.labels]
+    molecule.xyzs = [calc.start_coords * BOHR]
+
+    class Mp2trnEngine(Engine):
+        def calc_new(self, coords, dirname):
+            key = np.round(np.asarray(coords, dtype=float), 10).tobytes()
+            if key in cache:        # a resumed step: computed before the kill
+                step = cache[key]
+            else:
+                step = calc(np.asarray(coords).reshape(-1, 3), (opt.steps[-1].step + 1) if opt.steps else 0)
+                previous = opt.steps[-1] if opt.steps else None
+                opt.steps.append(step)
+                trajectory.append(calc.labels, step)
+                if report:
+                    report(step, previous)
+            return {"energy": step.energy, "gradient": np.asarray(step.gradient).ravel()}
+
+    return Mp2trnEngine(molecule)
+
+
+_QUIET_LOG = """[loggers]
+keys=root
+[handlers]
+keys=file_handler
+[formatters]
+keys=formatter
+[logger_root]
+level=INFO
+handlers=file_handler
+[handler_file_handler]
+class=geometric.nifty.RawFileHandler
+level=INFO
+formatter=formatter
+args=(r'%(logfilename)s',)
+[formatter_formatter]
+format=%(message)s
+"""
+
+
+def require_geometric():
+    try:
+        import geometric  # noqa: F401
+    except ImportError:
+        raise InputError("geometry optimisation needs geomeTRIC: pip install 'mp2trn[optimize]' (or pip install "
+                         "geometric)") from None
+
+
+def optimize(source, options: RunOptions, device: Device, convergence: str = "gau", max_steps: int = 100,
+             constraints: str | Path | None = None, trajectory: str | Path | None = None, resume: bool = False,
+             reuse_density: bool = True,
+             report: Callable[[OptStep, OptStep | None], None] | None = None) -> Optimization:
+    """Optimise the geometry of ``source`` with geomeTRIC on mp2trn's gradient (``options``' method, basis,
+    device...). Ghost atoms stay where they are. Returns the Optimization; a run that reaches ``max_steps``
+    raises ConvergenceError (the trajectory keeps every finished step)."""
+    require_geometric()
+    convergence = convergence.lower()
+    if convergence not in CONVERGENCE_SETS:
+        raise InputError(f"--convergence {convergence!r}: use one of {', '.join(CONVERGENCE_SETS)}")
+    if max_steps < 1:
+        raise InputError(f"--max-steps must be at least 1, got {max_steps}")
+    user_constraints = _read_constraints(constraints)
+    calc = PointCalculator(source, options, device, reuse_density)
+    traj = Trajectory(trajectory)
+    done = traj.read() if resume else []
+    if resume and trajectory is None:
+        raise InputError("--resume continues from the --trajectory file of the killed run: give --trajectory")
+    opt = Optimization(calc.labels)
+    cache: dict[bytes, OptStep] = {}
+    start = calc.start_coords
+    if done:
+        if len(done[-1].coords) != len(start):
+            raise InputError(f"{trajectory} holds {len(done[-1].coords)} atoms, the molecule {len(start)}")
+        opt.steps.extend(done)
+        start = done[-1].coords
+        cache[np.round(start.ravel(), 10).tobytes()] = done[-1]
+        calc.molecule.mol = calc.molecule.mol.set_geom_(start, unit="Bohr", inplace=False)
+    elif trajectory is not None:
+        traj.frames = []
+    engine = _engine(calc, opt, cache, traj, report)
+    from geometric.errors import GeomOptNotConvergedError
+    from geometric.optimize import run_optimizer
+
+    with tempfile.TemporaryDirectory(prefix="mp2trn-opt-") as tmp:
+        log_ini = Path(tmp) / "log.ini"
+        log_ini.write_text(_QUIET_LOG)
+        cons = _constraints_file(Path(tmp), user_constraints, calc.ghosts)
+        kwargs: dict[str, Any] = {"customengine": engine, "input": os.path.join(tmp, "mp2trn_opt"),
+                                  "prefix": os.path.join(tmp, "mp2trn_opt"), "logIni": str(log_ini),
+                                  "maxiter": max_steps - max(0, len(done) - 1), "convergence_set": convergence.upper()}
+        if cons is not None:
+            kwargs["constraints"] = str(cons)
+        try:
+            run_optimizer(**kwargs)
+        except GeomOptNotConvergedError:
+            opt.message = f"not converged in {max_steps} steps"
+            raise ConvergenceError(f"the geometry optimisation did not converge in {max_steps} steps ({convergence} "
+                                   "criteria); every finished step is in the trajectory" +
+                                   (f" ({trajectory}): continue with --resume" if trajectory else "")) from None
+        except Mp2trnError:
+            raise
+        except Exception as exc:   # geomeTRIC's own errors (a bad constraints file, a failed step)
+            raise InputError(f"geomeTRIC stopped: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+    opt.converged = True
+    opt.message = f"converged ({convergence} criteria) in {len(opt.steps)} gradient evaluations"
+    return opt
+
+
+def _read_constraints(path: str | Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read the constraints file {path}: {exc.strerror}") from None
+
+
+def _constraints_file(tmp: Path, text: str, ghosts: list[int]) -> Path | None:
+    """geomeTRIC's constraints: the user's, and ghost atoms frozen (1-based indices)."""
+    if ghosts:
+        text = "$freeze\nxyz " + ",".join(str(i + 1) for i in ghosts) + "\n" + text
+    if not text.strip():
+        return None
+    path = tmp / "constraints.txt"
+    path.write_text(text)
+    return path
+
+
+__all__ = ["CONVERGENCE_SETS", "OptStep", "Optimization", "PointCalculator", "Trajectory", "optimize", "xyz_frame"]
