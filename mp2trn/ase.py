@@ -8,13 +8,20 @@
     atoms.get_potential_energy()          # eV (DF-MP2 total energy)
     atoms.calc.result                     # the MP2Result (Hartree, what ran, timings)
 
-ASE is the optional extra ``mp2trn[ase]``. Energies only (``implemented_properties = ["energy"]``) until
-mp2trn has gradients. Positions are in Ångström, as everywhere in ASE.
+    atoms.get_forces()                    # eV/Å: −(analytic DF-MP2 gradient)
+    atoms.get_dipole_moment()             # e·Å: the relaxed MP2 density's dipole, nuclei included
+
+ASE is the optional extra ``mp2trn[ase]``. Forces (and the dipole) come from the analytic gradient (mp2,
+scs-mp2, sos-mp2), so ``ase.optimize.BFGS`` and ASE's molecular dynamics run on it; every calculation after
+the first starts its SCF from the previous one's density while the atoms stay the same. Positions are in
+Ångström, as everywhere in ASE.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from .errors import InputError
 from .methods import get_method
@@ -36,7 +43,7 @@ class MP2Calculator(_CalculatorBase):
     ``max_memory``, ``target``, ...). ``self.result`` is the last MP2Result (Hartree).
     """
 
-    implemented_properties = ["energy"]
+    implemented_properties = ["energy", "forces", "dipole"]
     default_parameters: dict[str, Any] = {"method": "mp2", "basis": "cc-pvdz", "charge": 0, "multiplicity": None}
     name = "mp2trn"
 
@@ -47,26 +54,45 @@ class MP2Calculator(_CalculatorBase):
             raise InputError(f"MP2Calculator: unknown parameter(s) {', '.join(sorted(unknown))}")
         super().__init__(**kwargs)
         self.result = None
+        self._dm = None   # the last SCF density: the next calculation's initial guess
+
+    def reset(self):
+        super().reset()
+        self._dm = None
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=None):
-        from ase.calculators.calculator import all_changes
-        from ase.units import Hartree
+        from ase.calculators.calculator import PropertyNotImplementedError, all_changes
+        from ase.units import Bohr, Hartree
 
-        from .pipeline import run, scf_only
+        from .pipeline import compute, open_device, scf_only
+        from .scratch import run_scratch
 
-        super().calculate(atoms, properties, system_changes if system_changes is not None else all_changes)
+        changes = system_changes if system_changes is not None else all_changes
+        if set(changes) - {"positions"}:
+            self._dm = None    # other atoms, charges or settings: the old density is no guess
+        super().calculate(atoms, properties, changes)
         params = dict(self.parameters)
         method = str(params.pop("method", "mp2")).lower()
         if method not in ("hf", "scf"):
             params["method"] = get_method(method).name   # unknown names: an InputError listing the known ones
         geometry = geometry_of_atoms(self.atoms, params.pop("charge", None), params.pop("multiplicity", None))
         options = RunOptions.build(None, **{k: v for k, v in params.items() if k in RunOptions.__dataclass_fields__})
+        derivatives = bool({"forces", "dipole"} & set(properties))
         if method in ("hf", "scf"):
+            if derivatives:
+                raise PropertyNotImplementedError("MP2Calculator: forces and dipoles need an MP2 method (mp2, "
+                                                  "scs-mp2, sos-mp2), not hf")
             energy = float(scf_only(geometry, options)[0].mf.e_tot)
             self.result = None
         else:
-            self.result = run(geometry, options)
+            options = RunOptions.build(options, gradient=derivatives)
+            with run_scratch(options.scratch), open_device(options) as device:
+                self.result, mf = compute(geometry, options, device, dm0=self._dm)
+            self._dm = mf.make_rdm1()
             energy = self.result.e_tot   # the method's total energy
+            if derivatives:
+                self.results["forces"] = -self.result.gradient * (Hartree / Bohr)
+                self.results["dipole"] = np.asarray(self.result.dipoles["mp2_relaxed"]) * Bohr
         self.results["energy"] = self.results["free_energy"] = energy * Hartree
 
 

@@ -24,7 +24,8 @@ def optimize(
     convergence: str = typer.Option("gau", "--convergence", help=(
         "geomeTRIC convergence set: gau, gau_loose, gau_tight, gau_verytight, nwchem_loose, turbomole, "
         "interfrag_tight.")),
-    max_steps: int = typer.Option(100, "--max-steps", help="Gradient evaluations before giving up (exit 3)."),
+    max_steps: int = typer.Option(100, "--max-steps", help=(
+        "Optimisation steps (geomeTRIC iterations, after the starting point's gradient) before giving up (exit 3).")),
     constraints: Optional[Path] = typer.Option(None, "--constraints", help=(
         "geomeTRIC constraints file ($freeze, $set distance/angle/dihedral, $scan).")),
     resume: bool = typer.Option(False, "--resume", help=(
