@@ -53,7 +53,7 @@ def test_water_optimisation_converges(water_minimum):
     assert abs(r1 - r2) < 1e-4 and 0.960 < r1 < 0.968 and 101.0 < angle < 103.0
 
 
-def test_ase_bfgs_and_qcengine_procedure_find_the_same_minimum(water_minimum):
+def test_ase_bfgs_and_qcengine_procedure_find_the_same_minimum(water_minimum, tmp_path, monkeypatch):
     from ase import Atoms
     from ase.optimize import BFGS
 
@@ -68,6 +68,7 @@ def test_ase_bfgs_and_qcengine_procedure_find_the_same_minimum(water_minimum):
     qcengine = pytest.importorskip("qcengine")
     from qcelemental.models import v2
 
+    monkeypatch.chdir(tmp_path)     # geomeTRIC's QCEngine procedure writes qce_optim.xyz in the working directory
     mol = v2.Molecule(symbols=["O", "H", "H"], geometry=[0, 0, 0.22, 0, 1.43, -0.89, 0, -1.43, -0.89])
     spec = v2.OptimizationSpecification(program="geometric", keywords={"program": "mp2trn", "convergence_set": "GAU"},
                                         specification=v2.AtomicSpecification(driver="gradient", program="mp2trn",
