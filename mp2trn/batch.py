@@ -124,11 +124,14 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, options: RunOptions | None = None,
               resume: bool = False, progress: Callable[[int, int, str, float], None] | None = None,
-              rank: int | None = None, world_size: int | None = None) -> BatchSummary:
+              rank: int | None = None, world_size: int | None = None, optimize: bool = False,
+              convergence: str = "gau", max_steps: int = 100) -> BatchSummary:
     """Run every molecule of ``inputs`` with ``options``, appending one record each to ``out``.
 
     ``progress(done, total, source, eta_seconds)`` after each molecule. ``rank``/``world_size`` default to
-    the torchrun environment; this rank runs sources rank, rank + world_size, ...
+    the torchrun environment; this rank runs sources rank, rank + world_size, ... With ``optimize`` each
+    molecule's geometry is optimised (:func:`mp2trn.geomopt.optimize`, ``convergence``, ``max_steps``) and
+    its record holds the final geometry and energy; one that does not converge is a failed record.
     """
     from .pipeline import run
 
@@ -153,8 +156,10 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
         t0 = time.perf_counter()
         record: dict[str, Any] = {"source": str(source)}
         try:
-            result = run(source, options)
-            record.update(status="ok", result=result.to_qcschema())
+            if optimize:
+                record.update(status="ok", result=_optimised(source, options, convergence, max_steps))
+            else:
+                record.update(status="ok", result=run(source, options).to_qcschema())
             summary.ok += 1
         except Mp2trnError as exc:
             record.update(status="error", error=str(exc), error_type=type(exc).__name__, exit_code=exc.exit_code)
@@ -171,6 +176,21 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
             progress(k + 1, len(todo), str(source), eta)
     summary.seconds = time.perf_counter() - t_start
     return summary
+
+
+def _optimised(source: Path, options: RunOptions, convergence: str, max_steps: int) -> dict[str, Any]:
+    """The record of one optimised molecule: final molecule (QCSchema), energy, XYZ, steps and SCF cycles."""
+    from .geomopt import optimize
+    from .pipeline import open_device
+    from .scratch import run_scratch
+
+    with run_scratch(options.scratch), open_device(options) as device:
+        opt = optimize(source, RunOptions.build(options, gradient=True), device, convergence, max_steps)
+    final = opt.final
+    return {"energy": final.energy, "final_molecule": final.result.molecule if final.result else None,
+            "final_xyz": opt.final_xyz(), "converged": opt.converged, "steps": len(opt.steps),
+            "max_gradient": final.max_gradient, "scf_cycles": [s.scf_cycles for s in opt.steps],
+            "method": options.method, "basis": options.basis}
 
 
 __all__ = ["BatchSummary", "collect_sources", "run_batch", "done_sources", "append_record", "drop_torn_tail"]

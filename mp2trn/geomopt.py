@@ -230,6 +230,11 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
     device...). Ghost atoms stay where they are. Returns the Optimization; a run that reaches ``max_steps``
     raises ConvergenceError (the trajectory keeps every finished step)."""
     require_geometric()
+    from .parallel import rank_and_size
+
+    if rank_and_size()[1] > 1:
+        raise InputError("geometry optimisation runs on one rank for now (the gradient is not spread over ranks); "
+                         "run it without torchrun, or optimise many molecules at once with `mp2trn batch --optimize`")
     convergence = convergence.lower()
     if convergence not in CONVERGENCE_SETS:
         raise InputError(f"--convergence {convergence!r}: use one of {', '.join(CONVERGENCE_SETS)}")

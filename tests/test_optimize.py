@@ -145,3 +145,24 @@ def test_qcengine_gradient_and_ase_forces_match_the_dfmp2_gradient():
     atoms.calc = MP2Calculator(basis="cc-pvdz", conv_tol=1e-11)
     forces = atoms.get_forces()
     assert np.max(np.abs(-forces / (Hartree / Bohr) - reference)) < 1e-8
+
+
+def test_batch_optimize_records_final_geometries_and_resumes(tmp_path):
+    out = tmp_path / "opt.jsonl"
+    args = ["batch", "molecules/water.xyz", "molecules/hydrogen_fluoride.xyz", "--out", str(out), "--optimize", "-q"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    water = records[0]["result"]
+    assert water["converged"] and water["max_gradient"] < 4.5e-4 and water["final_xyz"].startswith("3\n")
+    assert abs(water["energy"] - (-76.2309385)) < 1e-6            # the minimum the other routes find
+    res = CliRunner().invoke(app, args + ["--resume"])
+    assert res.exit_code == 0 and len(out.read_text().splitlines()) == 2    # nothing run again
+
+
+def test_optimize_over_ranks_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    res, *_ = optimize_cli(tmp_path, "molecules/water.xyz")
+    assert res.exit_code == 2 and "one rank" in res.output

@@ -19,10 +19,15 @@ def batch(
     inputs: Annotated[list[Path], typer.Argument(help="Molecule files, folders of them, or list files (.txt/.list).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="JSON-lines file, one record per molecule.")],
     resume: Annotated[bool, typer.Option("--resume", help="Continue a batch: skip molecules with an ok record.")] = False,
+    optimize: Annotated[bool, typer.Option("--optimize", help=(
+        "Optimise each geometry (geomeTRIC on the analytic gradient); records hold the final geometry and energy."))] = False,
+    convergence: Annotated[str, typer.Option("--convergence", help="geomeTRIC convergence set (with --optimize).")] = "gau",
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Optimisation steps per molecule (with --optimize).")] = 100,
     quiet: Quiet = False,
     **flags,
 ) -> None:
-    """Run DF-MP2 on many molecules; each finished molecule appends one record to --out."""
+    """Run DF-MP2 on many molecules (or optimise each, --optimize); each finished molecule appends one record
+    to --out."""
     from ..batch import run_batch
     from ..parallel import rank_and_size
 
@@ -36,7 +41,8 @@ def batch(
         show = not quiet and rank == 0
 
         with _BatchProgress(show) as progress:
-            summary = run_batch(inputs, out, options, resume=True, progress=progress)
+            summary = run_batch(inputs, out, options, resume=True, progress=progress, optimize=optimize,
+                                convergence=convergence, max_steps=max_steps)
         summaries = _gather(group, summary)
     finally:
         if group is not None:

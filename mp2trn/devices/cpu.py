@@ -111,7 +111,7 @@ class CpuDevice(Device):
             tt = c_direct * tau - c_exch * tau.transpose(0, 2, 1) if c_exch else c_direct * tau
             gamma[:, k, :] = x_all @ tt.reshape(ni * nva, nvb)
             p_occ += tau.reshape(ni, -1) @ tt.reshape(ni, -1).T
-            p_vir_all += np.einsum("iab,icb->ac", tau, tt, optimize=True)
+            p_vir_all += _rows_by_a(tau) @ _rows_by_a(tt).T
             if vir_k:
                 p_vir_k += tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)
         return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
@@ -310,6 +310,11 @@ def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os
         os_row[j] = np.einsum("ab,ab->", w, t, dtype=acc)
         if x_row is not None:
             x_row[j] = np.einsum("ab,ba->", w, t, dtype=acc)
+
+
+def _rows_by_a(t: np.ndarray) -> np.ndarray:
+    """(i, a, b) amplitudes as (a, i·b) rows (one copy), so that a sum over i and b is one GEMM."""
+    return np.ascontiguousarray(t.transpose(1, 0, 2)).reshape(t.shape[1], -1)
 
 
 def _as_matrix(b: np.ndarray, dtype) -> np.ndarray:
