@@ -27,11 +27,36 @@ def test_readme_qcengine_and_ase_examples_run(monkeypatch, capsys):
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     monkeypatch.chdir(ROOT)
-    qc = next(b for b in blocks if "qcengine.compute" in b)
+    qc = next(b for b in blocks if "AtomicInput" in b)
     namespace: dict = {}
     exec(compile(qc, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
     assert namespace["res"].success and namespace["res"].return_result < -75
-    calc = next(b for b in blocks if "MP2Calculator" in b)
+    calc = next(b for b in blocks if "get_potential_energy" in b)
     namespace = {}
     exec(compile(calc, "README.md", "exec"), namespace)  # noqa: S102
     assert namespace["atoms"].calc.result.e_corr < 0
+
+
+def test_readme_gradient_and_optimisation_examples_run(monkeypatch, tmp_path):
+    import pytest
+
+    pytest.importorskip("geometric")
+    pytest.importorskip("qcengine")
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    monkeypatch.chdir(ROOT)
+    grad = next(b for b in blocks if "nuc_grad_method" in b)
+    namespace: dict = {}
+    exec(compile("from pyscf import gto, scf\nimport mp2trn\n"
+                 "mol = gto.M(atom='O 0 0 0.117; H 0 0.757 -0.469; H 0 -0.757 -0.469', basis='cc-pvdz')\n" + grad,
+                 "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["de"].shape == (3, 3) and namespace["res"].gradient.shape == (3, 3)
+    bfgs = next(b for b in blocks if "BFGS" in b)
+    namespace = {}
+    exec(compile(bfgs, "README.md", "exec"), namespace)  # noqa: S102
+    assert 0.95 < namespace["atoms"].get_distance(0, 1) < 0.98
+    monkeypatch.chdir(tmp_path)    # geomeTRIC's QCEngine procedure writes files where it runs
+    procedure = next(b for b in blocks if "OptimizationInput" in b)
+    namespace = {}
+    exec(compile(procedure, "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["opt"].success and namespace["opt"].properties.return_energy < -76.23
