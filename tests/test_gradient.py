@@ -206,8 +206,23 @@ def test_cli_gradient_json_and_molden(tmp_path):
 def test_scf_terms_reproduce_pyscf_df_scf_gradient(atom, spin):
     """With no MP2 correction the gradient's SCF terms (one-electron, JK-fit two-electron with the fitting
     basis' response, nuclear) are PySCF's own DF-SCF gradient."""
-    from mp2trn.grad.kernel import scf_gradient
+    from mp2trn.grad.dfmp2 import scf_gradient
 
     mol = mole(atom, spin)
     mf = (scf.RHF(mol) if spin == 0 else scf.UHF(mol)).density_fit(auxbasis="cc-pvdz-jkfit").run(conv_tol=1e-12)
     assert np.max(np.abs(scf_gradient(mf, 2000) - mf.nuc_grad_method().kernel())) < 1e-10
+
+
+def test_out_of_core_gradient_equals_in_memory(monkeypatch):
+    """B and Γ̄ in HDF5 files (the plan says they do not fit) give the in-memory gradient."""
+    from dataclasses import replace
+
+    import mp2trn.grad.dfmp2 as grad_dfmp2
+
+    mol = mole(HYDROXYL, 1)
+    in_memory = analytic(mol, frozen="auto").gradient
+    plan = grad_dfmp2.plan_blocks
+    monkeypatch.setattr(grad_dfmp2, "plan_blocks", lambda *a, **k: replace(plan(*a, **k), incore=False))
+    result = analytic(mol, frozen="auto")
+    assert result.what_ran["gradient_out_of_core"]
+    assert np.max(np.abs(result.gradient - in_memory)) < 1e-10

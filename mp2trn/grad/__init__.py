@@ -1,5 +1,5 @@
-"""Analytic DF-MP2 nuclear gradients and relaxed densities (stages after the energy's; see kernel.py)."""
+"""Analytic DF-MP2 nuclear gradients and relaxed densities (stages after the energy's; see dfmp2.py)."""
 
-from .kernel import GradientResult, Gradients, kernel
+from .dfmp2 import GradientResult, Gradients, kernel
 
 __all__ = ["GradientResult", "Gradients", "kernel"]

@@ -86,8 +86,14 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     shapes = [SpinShape(s.nocc, s.nvir) for s in spins]
     plan = plan_blocks(mol.nao_nr(), dfi.naux, shapes, dfi.max_aux_shell, max_memory / 2,
                        itemsize=device.storage_dtype.itemsize)   # half the budget: Γ̄ is the size of B (fp64)
+    one_spin_mb = max(dfi.naux * s.nocc * s.nvir for s in spins) * device.storage_dtype.itemsize / 1e6
+    if not plan.incore and one_spin_mb > 0.5 * max_memory:
+        raise ResourceError(f"the gradient's pair sweep reads one spin's whole B ({one_spin_mb:.0f} MB) per strip; "
+                            f"it does not fit half the memory budget ({max_memory:.0f} MB): raise --memory")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    # B and Γ̄ in memory when both fit half the budget, else in HDF5 files beside each other (each strip
+    # then reads one spin's B and writes its block's Γ̄ rows)
     with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as b_store, \
             BStore(dfi.naux, spins, np.float64, plan.incore) as gamma:
         build_b(dfi, spins, device, plan, b_store, progress)
@@ -125,7 +131,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                 "gradient_jk": _jk_where(mf), "zvector_iterations": resp.iterations,
                 "zvector_jk_builds": _jk_builds(mf) - jk_before if jk_before is not None else None,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
-                "gradient_strips": dens.strips}
+                "gradient_strips": dens.strips, "gradient_out_of_core": not plan.incore}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
                           _ao(chans, _amplitude_blocks(chans, dens), dm_hf), resp.iterations, timings, what_ran)
 
@@ -176,9 +182,9 @@ def _strip_block(spins, naux: int, max_memory: float) -> int:
 def _aux_block(nao: int, max_shell: int, max_memory: float) -> int:
     """Fitting functions per block of the RI pass: integrals, two derivative sets and the AO 2PDM."""
     per_aux = 9 * nao * nao * 8
-    block = int(0.2 * max_memory * 1e6 // per_aux)
+    block = int(0.4 * max_memory * 1e6 // per_aux)
     if block < max_shell:
-        need = max_shell * per_aux / 0.2 / 1e6
+        need = max_shell * per_aux / 0.4 / 1e6
         raise ResourceError(f"the gradient's fitting-basis pass needs {need:.0f} MB for its smallest block; raise --memory")
     return block
 
