@@ -172,7 +172,8 @@ def compute(
         raise InputError(f"--gradient runs on one rank for now ({comm.size} ranks were launched); run it without "
                          "torchrun, or spread energies over ranks without --gradient")
     if options.gradient and not device.has_pair_densities:
-        raise InputError(f"--gradient: device {device.name!r} has no gradient pair step yet; use --device cpu or sim")
+        raise InputError(f"--gradient: device {device.name!r} has no gradient pair step in precision "
+                         f"{device.precision!r}; use --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
     stage = scf_stage(source, options, device, progress, comm, dm0)
     mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
     check_stopped()

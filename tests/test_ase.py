@@ -31,7 +31,7 @@ def test_calculator_energy_equals_mp2trn_run_in_ev():
     e = atoms.get_potential_energy()
     direct = mp2trn.run(XYZ, basis="cc-pvdz")
     assert abs(e - direct.e_tot * Hartree) <= 1e-8 and abs(atoms.calc.result.e_tot - direct.e_tot) <= 1e-10
-    assert atoms.calc.implemented_properties == ["energy"]
+    assert atoms.calc.implemented_properties == ["energy", "forces", "dipole"]
     atoms.positions[1, 1] += 0.01  # a new geometry is a new calculation
     assert abs(atoms.get_potential_energy() - e) > 1e-6
 

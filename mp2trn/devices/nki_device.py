@@ -9,6 +9,8 @@ metric     ``trsm`` — B = L⁻¹V as a block-triangular GEMM (per spin,    L�
            or per out-of-core column block)
 pairs      ``mp2_energy`` — T in PSUM, fused reductions (per occupied   per-pair sums → fp64 totals
            block pair; never per pair)
+gradient   ``mp2_density`` — amplitudes on chip; Γ̄ rows and the P_ij,  fp64 sums over strips
+           P_ab sums out (per strip of the gradient's pair sweep; fp32)
 =========  =========================================================  ==========================
 
 ``sim`` runs them in the built-in emulator (or the real ``nki.simulate`` when the Neuron SDK is
@@ -19,7 +21,8 @@ objects through ``nki.jit`` on torch-neuronx tensors. Both plan the launches ide
 Precisions (``supported_precisions``, first = default): ``fp32`` and the compensated ``fp32x3``
 (see :mod:`mp2trn.precision` and docs/precision.md). Between stages the host keeps (P|ia)
 and B in float32 (fp32) or as the fp64 sum of the two fp32 planes the x3 kernels return (fp32x3 — on a
-NeuronCore these would stay in HBM as plane pairs); all sums over pairs are fp64 on the host.
+NeuronCore these would stay in HBM as plane pairs); all sums over pairs are fp64 on the host. The gradient's
+pair step runs in fp32 only (no compensated planes for ``mp2_density``): under fp32x3 it raises InputError.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..nkiemu.targets import DEFAULT_TARGET
-from .base import Device
+from .base import Device, PairDensities
 from .nki_launch import Launcher, make_launcher
 
 F32 = np.float32
@@ -43,9 +46,10 @@ BLOCKS_ENV = "MP2TRN_NKI_BLOCKS"
 #: most distinct kernel signatures (NEFF compiles on Trainium) one run may use per stage, with the host's
 #: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per power-of-two factor width
 #: (initial guess ±, alpha, beta); ao_to_mo — per spin, the first block size and one larger one; metric —
-#: one column chunk per spin; pairs — diagonal and off-diagonal blocks per spin channel (αα, ββ, αβ).
+#: one column chunk per spin; pairs — diagonal and off-diagonal blocks per spin channel (αα, ββ, αβ);
+#: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways).
 #: tests/test_compile_signatures.py holds runs of several sizes to it.
-SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6}
+SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6}
 MAX_BLOCK = 512   # per-pair sums of one i row fill at most one PSUM bank (512 fp32)
 
 
@@ -95,6 +99,14 @@ class LaunchPlan:
             return int(self.overrides["occ_block"])
         return MAX_BLOCK
 
+    def density(self, naux: int, ni: int, nk: int, nva: int, nvb: int, exchange: bool,
+                vir_k: bool) -> tuple[bool, int, int, int]:
+        """(resident, i_block, i_group, b_buffers) of the gradient's pair kernel
+        (:func:`kernels.mp2_density.density_plan`)."""
+        from ..kernels.mp2_density import density_plan
+
+        return density_plan(naux, ni, nk, nva, nvb, exchange, vir_k, self.budget)
+
 
 #: what each precision means on the NKI kernels, for the what-ran record
 NKI_DETAILS = {
@@ -105,12 +117,13 @@ NKI_DETAILS = {
 @dataclass(frozen=True)
 class KernelSet:
     """The kernel of each stage for one operand-plane count, and how the pair kernel's output becomes
-    (ni, nj) fp64 per-pair sums."""
+    (ni, nj) fp64 per-pair sums; ``densities``: the gradient's pair kernel (None: not for these planes)."""
 
     ao_to_mo: Any
     metric: Any
     pairs: Any
     pair_sums: Callable[[np.ndarray, int, int], np.ndarray]
+    densities: Any = None
 
 
 def _direct_sums(out: np.ndarray, ni: int, nj: int) -> np.ndarray:
@@ -125,11 +138,12 @@ def _row_sums(out: np.ndarray, ni: int, nj: int) -> np.ndarray:
 def kernel_set(planes: int) -> KernelSet:
     """The kernels taking operands of ``planes`` planes (1: fp32; 3: the compensated x3 variants)."""
     from ..kernels.batched_gemm import batched_gemm, batched_gemm_x3
+    from ..kernels.mp2_density import mp2_density
     from ..kernels.mp2_energy import mp2_energy, mp2_energy_x3
     from ..kernels.trsm import trsm, trsm_x3
 
     if planes == 1:
-        return KernelSet(batched_gemm, trsm, mp2_energy, _direct_sums)
+        return KernelSet(batched_gemm, trsm, mp2_energy, _direct_sums, mp2_density)
     return KernelSet(batched_gemm_x3, trsm_x3, mp2_energy_x3, _row_sums)
 
 
@@ -314,6 +328,49 @@ class NkiDevice(Device):
             os_ = np.triu(os_)
             xx = None if xx is None else np.triu(xx)
         return os_, xx
+
+    # -- the gradient's pair step ----------------------------------------------------------------------
+    @property
+    def has_pair_densities(self) -> bool:
+        """fp32 only: ``mp2_density`` has no compensated (fp32x3) variant."""
+        return self.kernels.densities is not None
+
+    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k) -> PairDensities:
+        """One strip through ``mp2_density`` (one launch): B and energies in fp32 as the kernel takes them,
+        the k block padded to the largest of the run (zero B, energy −1 Eh: nothing added, one signature),
+        the sums back in fp64."""
+        kernel = self.kernels.densities
+        if kernel is None:
+            raise InputError(f"the gradient's pair step on device {self.kind!r} runs in precision fp32 only, not "
+                             f"{self.precision!r}; use --precision fp32 (or --device cpu for fp64)")
+        naux, ni, nva = b_all.shape
+        nk0, nvb = b_k.shape[1], b_k.shape[2]
+        c_direct, c_exch = float(c_direct), float(c_exch)
+        if c_exch and nva != nvb:
+            raise InputError(f"pair densities: exchange (c_exch={c_exch}) needs one spin on both sides, got "
+                             f"{nva} and {nvb} virtuals")
+        if c_direct == 0.0 and c_exch == 0.0:
+            return PairDensities(np.zeros((naux, nk0, nvb)), np.zeros((ni, ni)), np.zeros((nva, nva)),
+                                 np.zeros((nvb, nvb)) if vir_k else None)
+        if c_direct <= 0.0 or c_direct < abs(c_exch):
+            raise InputError(f"pair densities on device {self.kind!r} need c_direct > 0 and c_direct >= |c_exch| "
+                             f"(every MP2, SCS- and SOS-MP2 spin case); got c_direct={c_direct}, c_exch={c_exch}")
+        exchange = c_exch != 0.0
+        nk = self._bucket(("grad_pairs_k", naux, ni, nva, nvb, exchange), nk0)
+        b_k, e_k = _pad_occ(b_k, e_k, nk)
+        ba = np.ascontiguousarray(b_all, dtype=F32).reshape(naux, ni * nva)
+        bk = np.ascontiguousarray(b_k, dtype=F32).reshape(naux, nk * nvb)
+        consts = (np.asarray(ev_all, dtype=F32).reshape(nva, 1),
+                  (-np.asarray(e_all, dtype=np.float64)).astype(F32).reshape(1, ni),
+                  (np.asarray(ev_k, np.float64)[None, :] - np.asarray(e_k, np.float64)[:, None]).astype(F32))
+        resident, i_block, i_group, b_buffers = self.plan.density(naux, ni, nk, nva, nvb, exchange, bool(vir_k))
+        kw = {"c_direct": c_direct, "c_exch": c_exch, "vir_k": bool(vir_k), "resident": resident,
+              "i_block": i_block, "i_group": i_group, "b_buffers": b_buffers}
+        out = self.launcher.launch("grad_pairs", kernel, (ba, bk, *consts), kw)
+        gamma = np.asarray(out[0], dtype=np.float64).reshape(naux, nk, nvb)[:, :nk0]
+        p_vir_k = np.asarray(out[3], dtype=np.float64) if vir_k else None
+        return PairDensities(gamma, np.asarray(out[1], dtype=np.float64), np.asarray(out[2], dtype=np.float64),
+                             p_vir_k)
 
 
 def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:

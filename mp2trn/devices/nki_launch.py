@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import DeviceUnavailableError, KernelConstraintError
 
 #: pipeline stage -> kernel(s) that implement it
-STAGES = ("scf_jk", "ao_to_mo", "metric", "pairs", "comm")   # comm: collectives between ranks
+STAGES = ("scf_jk", "ao_to_mo", "metric", "pairs", "comm",   # comm: collectives between ranks
+          "grad_pairs")                                   # the gradient's pair sweep (mp2_density)
 TARGETS = ("trn1", "trn2")
 
 NEURON_INSTALL = (

@@ -71,7 +71,8 @@ def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = 
     ``derivatives=False`` stops after the relaxed density (no derivative integrals; ``gradient`` is None)."""
     check_supported(mf)
     if not device.has_pair_densities:
-        raise InputError(f"device {device.name!r} has no gradient pair step yet; run gradients on --device cpu or sim")
+        raise InputError(f"device {device.name!r} has no gradient pair step in precision {device.precision!r}; run "
+                         "gradients on --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
     with one_blas_pool():
         return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives)
 
