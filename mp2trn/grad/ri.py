@@ -78,19 +78,19 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, g_ao: np.ndarray, per_a
     """Add Σ_Pμν g[P, μ, ν] (μν|P)^R, split by the function carrying the derivative: orbital functions into
     ``per_ao`` (nao, 3), the block's fitting functions into ``per_aux`` (p, 3).
 
-    g: (p, nao, nao) for the fitting functions of ``shls`` (any symmetry). PySCF's ip1/ip2 integrals come
-    as (3, μ, ν, P) with μ fastest in memory, i.e. C-contiguous (3, P, ν, μ) once transposed; ∇ on μ (ip1)
-    or on P (ip2), and d/dR_A = −∇ for functions on A."""
+    g: (p, nao, nao) for the fitting functions of ``shls`` (any symmetry). PySCF's ``int3c2e_ip1`` comes as
+    (3, μ, ν, P) with μ fastest in memory, i.e. C-contiguous (3, P, ν, μ) once transposed, ∇ on μ; d/dR_A
+    is −∇ for functions on A. The derivative on the fitting function is not computed: translational
+    invariance of each integral, ∇_μ + ∇_ν + ∇_P = 0, makes it −(ip1[μ,ν,P] + ip1[ν,μ,P]), so one product
+    of ip1 with the symmetrised g gives both sums (and half the derivative integrals)."""
     p = g_ao.shape[0]
-    g_t = np.ascontiguousarray(g_ao.transpose(0, 2, 1))                 # (P, ν, μ)
-    sym = (g_ao + g_t).reshape(-1, g_ao.shape[1])                       # (P·ν, μ): ip1 sees both indices
+    nao = g_ao.shape[1]
+    sym = g_ao + g_ao.transpose(0, 2, 1)                                # (P, ν, μ) = (P, μ, ν): symmetric
     ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
     for x in range(3):
-        per_ao[:, x] -= np.einsum("rm,rm->m", ip[x].reshape(-1, sym.shape[1]), sym)
-    del ip
-    ip = pmol.intor("int3c2e_ip2", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
-    for x in range(3):
-        per_aux[:, x] -= np.einsum("pr,pr->p", ip[x].reshape(p, -1), g_t.reshape(p, -1))
+        prod = ip[x] * sym                                              # (P, ν, μ)
+        per_ao[:, x] -= prod.reshape(-1, nao).sum(axis=0)
+        per_aux[:, x] += prod.reshape(p, -1).sum(axis=1)
 
 
 def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int,
