@@ -29,7 +29,7 @@ INOSINE = ROOT / "molecules" / "gpu4pyscf" / "organic" / "031_Inosine.xyz"
 STAGES = [("gradient_b", "B again (AO→MO transform, metric solve)", "device"),
           ("gradient_pairs", "pair sweep: P_ij, P_ab, Γ (O(N⁵))", "device"),
           ("gradient_ri", "RI pass: Lagrangian X and RI derivative integrals", "host/device"),
-          ("gradient_response", "Z-vector and G[P] (J/K builds)", "device J/K"),
+          ("gradient_response", "Z-vector and G[P] (occupied-factor J/K products)", "host fp64"),
           ("gradient_integrals", "JK-fit and one-electron derivative integrals", "host (libcint)")]
 
 
@@ -90,8 +90,8 @@ def main() -> None:
     for key, label, where in STAGES:
         print(f"| {label} | {timings[key]:.2f} | {timings[key] / total_stage:.0%} | {where} |")
     ran = gradient["extras"]["mp2trn"]
-    print(f"\nZ-vector: {ran['zvector_iterations']} iterations, {ran['zvector_jk_builds']} J/K builds on "
-          f"{ran['gradient_jk']}; SCF: {ran['scf']['cycles']} cycles")
+    print(f"\nZ-vector: {ran['zvector_iterations']} iterations with {ran['gradient_jk']}; "
+          f"SCF: {ran['scf']['cycles']} cycles")
     cost = ran.get("cost")
     if cost and cost.get("kind") == "model":
         print("modeled device time (trn1): " + ", ".join(f"{k} {v['trn1']['modeled_time_s']:.3f} s"

@@ -226,3 +226,32 @@ def test_out_of_core_gradient_equals_in_memory(monkeypatch):
     result = analytic(mol, frozen="auto")
     assert result.what_ran["gradient_out_of_core"]
     assert np.max(np.abs(result.gradient - in_memory)) < 1e-10
+
+
+@pytest.mark.parametrize("atom, spin", [(WATER, 0), (HYDROXYL, 1)], ids=["rhf", "uhf"])
+def test_occupied_factor_products_equal_generic_jk_builds(atom, spin, monkeypatch):
+    """The response's products through occupied factors of the JK-fit tensor equal the SCF's own J/K builds,
+    product by product and in the final gradient."""
+    from mp2trn.grad import cpks, dfmp2
+    from mp2trn.grad.orbitals import channels
+    from mp2trn.grad.response import Products
+    from mp2trn.orbitals import select_frozen
+
+    mol = mole(atom, spin)
+    mf = (scf.RHF(mol) if spin == 0 else scf.UHF(mol)).density_fit(auxbasis="cc-pvdz-jkfit").run(conv_tol=1e-11)
+    chans = channels(mf, select_frozen(mf, "auto"))
+    fast, generic = cpks.ResponseJK.build(mf, chans, 2000), Products(mf, chans)
+    rng = np.random.default_rng(3)
+    mats = [(lambda m: m + m.T)(rng.normal(size=(c.nmo, c.nmo))) for c in chans]
+    zs = [rng.normal(size=(c.nvir, len(c.occ))) for c in chans]
+    for a, b in zip(fast.occupied_columns(mats), generic.occupied_columns(mats)):
+        assert np.max(np.abs(a - b)) < 1e-11
+    for a, b in zip(fast.zvector(zs), generic.zvector(zs)):
+        assert np.max(np.abs(a - b)) < 1e-11
+    with_fast = mp2trn.DFMP2(mf, auxbasis="cc-pvdz-ri", frozen="auto").run().nuc_grad_method().kernel()
+    monkeypatch.setattr(dfmp2.ResponseJK, "build", classmethod(lambda cls, *a: None))
+    pt = mp2trn.DFMP2(mf, auxbasis="cc-pvdz-ri", frozen="auto").run()
+    grad = pt.nuc_grad_method()
+    with_generic = grad.kernel()
+    assert "J/K builds" in grad.result.what_ran["gradient_jk"]
+    assert np.max(np.abs(with_fast - with_generic)) < 1e-9

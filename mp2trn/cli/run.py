@@ -209,8 +209,8 @@ def what_ran_table(result: MP2Result) -> Table:
         table.add_row("ranks", ranks_summary(result.parallel))
     if result.gradient is not None:
         table.add_row("gradient", f"{w.get('gradient')}: pair sweep on {w.get('gradient_pairs')} "
-                      f"({w.get('gradient_strips')} strips), Z-vector {w.get('zvector_iterations')} iterations on "
-                      f"{w.get('gradient_jk')} J/K, derivative integrals {w.get('derivative_integrals')}")
+                      f"({w.get('gradient_strips')} strips), Z-vector {w.get('zvector_iterations')} iterations with "
+                      f"{w.get('gradient_jk')}, derivative integrals {w.get('derivative_integrals')}")
     return table
 
 

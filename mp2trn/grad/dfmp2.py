@@ -33,7 +33,8 @@ from ..transform import BStore, build_b
 from . import densities, ri
 from .jk_terms import two_electron_gradient
 from .orbitals import Channel, channels
-from .response import Response, relax
+from .cpks import ResponseJK
+from .response import Products, Response, relax
 
 
 @dataclass
@@ -114,7 +115,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         timings["gradient_ri"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     jk_before = _jk_builds(mf)
-    resp = relax(mf, chans, dens.p_occ, dens.p_vir, lagrangian)
+    products = ResponseJK.build(mf, chans, max_memory) or Products(mf, chans)
+    resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian)
     timings["gradient_response"] = time.perf_counter() - t0
     terms: dict[str, np.ndarray] = {}
     gradient = None
@@ -128,8 +130,10 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         gradient = sum(terms.values())
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
+    fast = isinstance(products, ResponseJK)
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": device.name,
-                "gradient_jk": _jk_where(mf), "zvector_iterations": resp.iterations,
+                "gradient_jk": ("occupied-factor products of the JK-fit tensor (host, fp64)" if fast else
+                                f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector_jk_builds": _jk_builds(mf) - jk_before if jk_before is not None else None,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips, "gradient_out_of_core": not plan.incore}

@@ -71,10 +71,10 @@ def unrelaxed(chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndar
 ZVECTOR_TOL = 1e-8
 
 
-def solve_zvector(mf, chans: list[Channel], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
+def solve_zvector(products: Products, chans: list[Channel], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
                   max_iter: int = 100) -> tuple[list[np.ndarray], int, float]:
     """z per channel (nvir, nocc) from (ε_a − ε_k) z + G[Z + Zᵀ]_vo = −L by preconditioned conjugate
-    gradients (the orbital Hessian of a stable SCF is positive definite); one J/K build per iteration.
+    gradients (the orbital Hessian of a stable SCF is positive definite); one G product per iteration.
     Stops when ‖r‖ < tol·‖L‖; raises ConvergenceError after ``max_iter`` iterations."""
     shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
     diag = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in chans])
@@ -87,13 +87,7 @@ def solve_zvector(mf, chans: list[Channel], lag: list[np.ndarray], tol: float = 
         return out
 
     def apply(v):
-        mats = []
-        for ch, z in zip(chans, split(v)):
-            full = np.zeros((ch.nmo, ch.nmo))
-            full[np.ix_(ch.vir, ch.occ)] = z
-            mats.append(full + full.T)
-        g = fock_response(mf, chans, mats)
-        return diag * v + np.concatenate([gg[np.ix_(ch.vir, ch.occ)].ravel() for ch, gg in zip(chans, g)])
+        return diag * v + np.concatenate([g.ravel() for g in products.zvector(split(v))])
 
     rhs = -np.concatenate([l.ravel() for l in lag])
     norm = float(np.linalg.norm(rhs))
@@ -120,21 +114,42 @@ def solve_zvector(mf, chans: list[Channel], lag: list[np.ndarray], tol: float = 
                            f"{res / norm:.1e}); the SCF may be unstable (a lower-energy solution exists)")
 
 
-def relax(mf, chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndarray], x: list[np.ndarray],
-          tol: float = ZVECTOR_TOL) -> Response:
-    """The relaxed density and the energy-weighted density from the unrelaxed blocks and the Lagrangian."""
+class Products:
+    """What the response needs of G^σ: occupied columns Cᵀ G[X] C_o of symmetric MO-basis matrices, and the
+    Z-vector's (virtual, occupied) block of G[Z + Zᵀ]. This one runs generic J/K builds (``mf.get_jk``: the
+    SCF's, on its device); :class:`mp2trn.grad.cpks.ResponseJK` does the same through occupied factors."""
+
+    def __init__(self, mf, chans: list[Channel]):
+        self.mf, self.chans = mf, chans
+
+    def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
+        return [g[:, ch.occ] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]
+
+    def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
+        mats = []
+        for ch, z in zip(self.chans, zs):
+            full = np.zeros((ch.nmo, ch.nmo))
+            full[np.ix_(ch.vir, ch.occ)] = z
+            mats.append(full + full.T)
+        return [g[np.ix_(ch.vir, ch.occ)] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]
+
+
+def relax(products: Products, chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
+          x: list[np.ndarray], tol: float = ZVECTOR_TOL) -> Response:
+    """The relaxed density and the energy-weighted density from the unrelaxed blocks and the Lagrangian;
+    ``products``: :class:`Products` or :class:`mp2trn.grad.cpks.ResponseJK`."""
     p = unrelaxed(chans, p_occ, p_vir, x)
-    g = fock_response(mf, chans, p)
-    lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[np.ix_(ch.vir, ch.occ)]
+    g = products.occupied_columns(p)             # (nmo, nocc) per channel
+    lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
            for ch, xx, gg in zip(chans, x, g)]
-    zs, iterations, residual = solve_zvector(mf, chans, lag, tol)
+    zs, iterations, residual = solve_zvector(products, chans, lag, tol)
     p_rel = []
     for ch, pp, z in zip(chans, p, zs):
         q = pp.copy()
         q[np.ix_(ch.vir, ch.occ)] = 0.5 * z
         q[np.ix_(ch.occ, ch.vir)] = 0.5 * z.T
         p_rel.append(q)
-    g_rel = fock_response(mf, chans, p_rel)
+    g_rel = products.occupied_columns(p_rel)
     ws = []
     for ch, pp, xx, z, gg in zip(chans, p, x, zs, g_rel):
         e = ch.e
@@ -146,6 +161,6 @@ def relax(mf, chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndar
         w[np.ix_(ch.occ, ch.vir)] = xx[np.ix_(ch.occ, ch.vir)]
         w[np.ix_(ch.vir, ch.occ)] = e[ch.occ][None, :] * z
         w = 0.5 * (w + w.T)
-        w[np.ix_(ch.occ, ch.occ)] += gg[np.ix_(ch.occ, ch.occ)]
+        w[np.ix_(ch.occ, ch.occ)] += gg[ch.occ]
         ws.append(w)
     return Response(p_rel, p, ws, iterations, residual)

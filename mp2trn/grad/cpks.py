@@ -1,0 +1,100 @@
+"""The orbital response's Coulomb/exchange products through occupied-orbital factors of the SCF's own
+JK-fit tensor (fp64): what the Z-vector iterations and the G[P] blocks need, at a fraction of a generic
+J/K build's cost.
+
+A generic build factors its density: Z + Zᵀ (Z = C_v z C_oᵀ) has rank 2·nocc and a relaxed density full
+rank n, so its exchange costs 2× or n/nocc× an SCF build. The response only ever needs the columns of
+G[X] on occupied orbitals, and with B_Q the Cholesky-decomposed tensor (B = L⁻¹(Q|μν), the SCF's):
+
+    K[X] C_o = Σ_Q B_Q X (B_Q C_o)                                (any symmetric X: three GEMMs of rank nocc)
+    C_vᵀ K[Z + Zᵀ] C_o = Σ_Q C_vᵀ B_Q C_v (z B^Q_oo) + B^Q_vo (zᵀ B^Q_vo)   (one GEMM of rank nocc per Q
+                                                                          and MO-sized products)
+    J[X] = Σ_Q ρ_Q B_Q, ρ_Q = B_Q·X;  for Z + Zᵀ: ρ_Q = 2 Σ_ai B^Q_ai z_ai
+
+with B^Q_vo = C_vᵀ B_Q C_o and B^Q_oo = C_oᵀ B_Q C_o made once. The tensor is built once (packed μ ≥ ν,
+:func:`mp2trn.df.cholesky_tensor`) and read in row chunks, each unpacked in a small buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pyscf import lib
+
+from ..df import cholesky_tensor
+from .orbitals import Channel
+
+#: tensor rows unpacked at a time (bytes of the unpacked chunk)
+_CHUNK_BYTES = 64e6
+
+
+class ResponseJK:
+    """G^σ = J[X^α + X^β] − K[X^σ] products (an RHF channel: J[2X] − K[X]) on occupied columns."""
+
+    def __init__(self, mf, chans: list[Channel], tensor: np.ndarray):
+        self.chans = chans
+        self.tensor = tensor                        # (naux, nao(nao+1)/2), packed rows
+        self.nao = mf.mol.nao_nr()
+        self.naux = tensor.shape[0]
+        self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
+        self.b_oo, self.b_vo = [], []
+        for ch in chans:
+            c_o, c_v = ch.c[:, ch.occ], ch.c[:, ch.vir]
+            oo = np.empty((self.naux, len(ch.occ), len(ch.occ)))
+            vo = np.empty((self.naux, ch.nvir, len(ch.occ)))
+            for q0, b in self._chunks():
+                half = (b.reshape(-1, self.nao) @ c_o).reshape(len(b), self.nao, -1)        # B_Q C_o
+                oo[q0 : q0 + len(b)] = np.einsum("mi,qmj->qij", c_o, half, optimize=True)
+                vo[q0 : q0 + len(b)] = np.einsum("ma,qmj->qaj", c_v, half, optimize=True)
+            self.b_oo.append(oo)
+            self.b_vo.append(vo)
+
+    @classmethod
+    def build(cls, mf, chans: list[Channel], max_memory: float) -> ResponseJK | None:
+        """The products from a tensor built here, or None when the tensor and the MO blocks do not fit
+        half of ``max_memory`` (MB) or the metric is not positive definite (then generic J/K builds)."""
+        mol, auxmol = mf.mol, mf.with_df.auxmol
+        nao, naux = mol.nao_nr(), auxmol.nao_nr()
+        need = naux * (nao * (nao + 1) // 2 + sum(len(c.occ) * (len(c.occ) + c.nvir) for c in chans)) * 8
+        if need > 0.5 * max_memory * 1e6:
+            return None
+        tensor = cholesky_tensor(mol, auxmol, packed=True)
+        return None if tensor is None else cls(mf, chans, tensor)
+
+    def _chunks(self):
+        for q0 in range(0, self.naux, self.rows):
+            rows = self.tensor[q0 : q0 + self.rows]
+            yield q0, lib.unpack_tril(rows).reshape(len(rows), self.nao, self.nao)
+
+    # -- the Z-vector's operator -----------------------------------------------------------------------
+    def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
+        """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc)."""
+        rho = sum(ch.weight * 2.0 * np.einsum("qai,ai->q", vo, z) for ch, vo, z in zip(self.chans, self.b_vo, zs))
+        out = []
+        for ch, vo, oo, z in zip(self.chans, self.b_vo, self.b_oo, zs):
+            c_v = ch.c[:, ch.vir]
+            coulomb = np.einsum("q,qai->ai", rho, vo)
+            n = np.einsum("ma,qai->qmi", c_v, np.einsum("ai,qij->qaj", z, oo, optimize=True), optimize=True)
+            first = np.zeros((self.nao, len(ch.occ)))
+            for q0, b in self._chunks():         # Σ_Q B_Q N_Q as one GEMM over the (Q, ν) rows
+                first += b.reshape(-1, self.nao).T @ n[q0 : q0 + len(b)].reshape(-1, len(ch.occ))
+            second = np.einsum("qaj,qji->ai", vo, np.einsum("aj,qai->qji", z, vo, optimize=True), optimize=True)
+            out.append(coulomb - (c_v.T @ first + second))
+        return out
+
+    # -- G of a general symmetric matrix, occupied columns ---------------------------------------------
+    def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
+        """Cᵀ G^σ[X^σ] C_o (nmo, nocc) per channel for symmetric MO-basis X^σ (nmo, nmo)."""
+        ao = [ch.c @ x @ ch.c.T for ch, x in zip(self.chans, mats)]
+        total = sum(ch.weight * a for ch, a in zip(self.chans, ao))
+        j = np.zeros((self.nao, self.nao))
+        ks = [np.zeros((self.nao, len(ch.occ))) for ch in self.chans]
+        for _, b in self._chunks():
+            flat = b.reshape(len(b), -1)
+            j += ((flat @ total.ravel()) @ flat).reshape(self.nao, self.nao)
+            rows = b.reshape(-1, self.nao)                                          # (Q·μ, ν)
+            for ch, a, k in zip(self.chans, ao, ks):
+                o = len(ch.occ)
+                y = (rows @ ch.c[:, ch.occ]).reshape(len(b), self.nao, o)          # B_Q C_o
+                w = (a @ y.transpose(1, 0, 2).reshape(self.nao, -1)).reshape(self.nao, len(b), o)
+                k += rows.T @ np.ascontiguousarray(w.transpose(1, 0, 2)).reshape(-1, o)   # Σ_Q B_Q (X B_Q C_o)
+        return [ch.c.T @ (j @ ch.c[:, ch.occ] - k) for ch, k in zip(self.chans, ks)]
