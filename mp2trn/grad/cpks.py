@@ -6,12 +6,12 @@ A generic build factors its density: Z + Zᵀ (Z = C_v z C_oᵀ) has rank 2·noc
 rank n, so its exchange costs 2× or n/nocc× an SCF build. The response only ever needs the columns of
 G[X] on occupied orbitals, and with B_Q the Cholesky-decomposed tensor (B = L⁻¹(Q|μν), the SCF's):
 
-    K[X] C_o = Σ_Q B_Q X (B_Q C_o)                                (any symmetric X: three GEMMs of rank nocc)
-    C_vᵀ K[Z + Zᵀ] C_o = Σ_Q C_vᵀ B_Q C_v (z B^Q_oo) + B^Q_vo (zᵀ B^Q_vo)   (one GEMM of rank nocc per Q
-                                                                          and MO-sized products)
+    K[X] C_o = Σ_Q B_Q X (B_Q C_o)                          (any symmetric X: three GEMMs of rank nocc)
+    C_vᵀ K[Z + Zᵀ] C_o = Σ_Q B^Q_vv (z B^Q_oo) + B^Q_vo (zᵀ B^Q_vo)   (MO-sized GEMMs only)
     J[X] = Σ_Q ρ_Q B_Q, ρ_Q = B_Q·X;  for Z + Zᵀ: ρ_Q = 2 Σ_ai B^Q_ai z_ai
 
-with B^Q_vo = C_vᵀ B_Q C_o and B^Q_oo = C_oᵀ B_Q C_o made once. The tensor is built once (packed μ ≥ ν,
+with the MO blocks B^Q_vv, B^Q_vo, B^Q_oo of the tensor made once, so that a Z-vector iteration costs
+2·nvir²·nocc·naux FLOPs instead of a J/K build. The tensor is built once (packed μ ≥ ν,
 :func:`mp2trn.df.cholesky_tensor`) and read in row chunks, each unpacked in a small buffer.
 """
 
@@ -32,21 +32,27 @@ class ResponseJK:
 
     def __init__(self, mf, chans: list[Channel], tensor: np.ndarray):
         self.chans = chans
-        self.tensor = tensor                        # (naux, nao(nao+1)/2), packed rows
         self.nao = mf.mol.nao_nr()
         self.naux = tensor.shape[0]
         self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
-        self.b_oo, self.b_vo = [], []
+        self.tensor = tensor                        # (naux, nao(nao+1)/2), packed rows
+        self.b_oo, self.b_vo, self.b_vv = [], [], []
         for ch in chans:
+            o, v = len(ch.occ), ch.nvir
             c_o, c_v = ch.c[:, ch.occ], ch.c[:, ch.vir]
-            oo = np.empty((self.naux, len(ch.occ), len(ch.occ)))
-            vo = np.empty((self.naux, ch.nvir, len(ch.occ)))
+            oo, vo, vv = np.empty((self.naux, o, o)), np.empty((self.naux, v, o)), np.empty((self.naux, v, v))
             for q0, b in self._chunks():
-                half = (b.reshape(-1, self.nao) @ c_o).reshape(len(b), self.nao, -1)        # B_Q C_o
-                oo[q0 : q0 + len(b)] = np.einsum("mi,qmj->qij", c_o, half, optimize=True)
-                vo[q0 : q0 + len(b)] = np.einsum("ma,qmj->qaj", c_v, half, optimize=True)
+                q = len(b)
+                half = (b.reshape(-1, self.nao) @ ch.c).reshape(q, self.nao, -1)     # (Q, ν, p) = B_Q C
+                mo = np.matmul(ch.c.T, half)                                          # (Q, p, p) = Cᵀ B_Q C
+                oo[q0 : q0 + q] = mo[np.ix_(range(q), ch.occ, ch.occ)]
+                vo[q0 : q0 + q] = mo[np.ix_(range(q), ch.vir, ch.occ)]
+                vv[q0 : q0 + q] = mo[np.ix_(range(q), ch.vir, ch.vir)]
             self.b_oo.append(oo)
             self.b_vo.append(vo)
+            self.b_vv.append(vv)
+        #: B^Q_vo as (v, Q·o) rows, for Σ_Q B^Q_vo W_Q as one GEMM
+        self.b_vo_rows = [np.ascontiguousarray(vo.transpose(1, 0, 2)).reshape(vo.shape[1], -1) for vo in self.b_vo]
 
     @classmethod
     def build(cls, mf, chans: list[Channel], max_memory: float) -> ResponseJK | None:
@@ -54,7 +60,7 @@ class ResponseJK:
         half of ``max_memory`` (MB) or the metric is not positive definite (then generic J/K builds)."""
         mol, auxmol = mf.mol, mf.with_df.auxmol
         nao, naux = mol.nao_nr(), auxmol.nao_nr()
-        need = naux * (nao * (nao + 1) // 2 + sum(len(c.occ) * (len(c.occ) + c.nvir) for c in chans)) * 8
+        need = naux * (nao * (nao + 1) // 2 + sum(c.nmo ** 2 for c in chans)) * 8
         if need > 0.5 * max_memory * 1e6:
             return None
         tensor = cholesky_tensor(mol, auxmol, packed=True)
@@ -68,17 +74,16 @@ class ResponseJK:
     # -- the Z-vector's operator -----------------------------------------------------------------------
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
         """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc)."""
-        rho = sum(ch.weight * 2.0 * np.einsum("qai,ai->q", vo, z) for ch, vo, z in zip(self.chans, self.b_vo, zs))
+        rho = sum(ch.weight * 2.0 * (vo.reshape(self.naux, -1) @ z.ravel())
+                  for ch, vo, z in zip(self.chans, self.b_vo, zs))
         out = []
-        for ch, vo, oo, z in zip(self.chans, self.b_vo, self.b_oo, zs):
-            c_v = ch.c[:, ch.vir]
-            coulomb = np.einsum("q,qai->ai", rho, vo)
-            n = np.einsum("ma,qai->qmi", c_v, np.einsum("ai,qij->qaj", z, oo, optimize=True), optimize=True)
-            first = np.zeros((self.nao, len(ch.occ)))
-            for q0, b in self._chunks():         # Σ_Q B_Q N_Q as one GEMM over the (Q, ν) rows
-                first += b.reshape(-1, self.nao).T @ n[q0 : q0 + len(b)].reshape(-1, len(ch.occ))
-            second = np.einsum("qaj,qji->ai", vo, np.einsum("aj,qai->qji", z, vo, optimize=True), optimize=True)
-            out.append(coulomb - (c_v.T @ first + second))
+        for ch, vo, oo, vv, rows, z in zip(self.chans, self.b_vo, self.b_oo, self.b_vv, self.b_vo_rows, zs):
+            o, v = len(ch.occ), ch.nvir
+            coulomb = (rho @ vo.reshape(self.naux, -1)).reshape(v, o)
+            # Σ_Q B^Q_vv (z B^Q_oo): B^Q_vv is symmetric, so its (Q, a) rows are the contraction of one GEMM
+            first = vv.reshape(-1, v).T @ np.matmul(z, oo).reshape(-1, o)
+            second = rows @ np.matmul(z.T, vo).reshape(-1, o)                   # Σ_Q B^Q_vo (zᵀ B^Q_vo)
+            out.append(coulomb - (first + second))
         return out
 
     # -- G of a general symmetric matrix, occupied columns ---------------------------------------------

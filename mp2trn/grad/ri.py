@@ -87,10 +87,10 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, g_ao: np.ndarray, per_a
     nao = g_ao.shape[1]
     sym = g_ao + g_ao.transpose(0, 2, 1)                                # (P, ν, μ) = (P, μ, ν): symmetric
     ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
-    for x in range(3):
-        prod = ip[x] * sym                                              # (P, ν, μ)
-        per_ao[:, x] -= prod.reshape(-1, nao).sum(axis=0)
-        per_aux[:, x] += prod.reshape(p, -1).sum(axis=1)
+    rows_ao, rows_aux = sym.reshape(-1, nao), sym.reshape(p, -1)
+    for x in range(3):                                                  # row and column dot products, no temporaries
+        per_ao[:, x] -= np.einsum("rm,rm->m", ip[x].reshape(-1, nao), rows_ao)
+        per_aux[:, x] += np.einsum("pr,pr->p", ip[x].reshape(p, -1), rows_aux)
 
 
 def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int,
