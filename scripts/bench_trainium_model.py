@@ -438,7 +438,12 @@ def main(argv=None):
           "metric, writes two fp32 planes; the pair step writes nvir partial sums per pair. Its accuracy is in",
           "docs/precision.md.", ""]
     out = Path(args.out)
-    out.write_text("\n".join(L) + "\n")
+    keep = ""   # the gradient kernel's block (scripts/bench_trainium_gradient.py) survives a rewrite
+    if out.exists() and "<!-- BEGIN bench_trainium_gradient -->" in out.read_text():
+        text = out.read_text()
+        keep = "\n" + text[text.index("<!-- BEGIN bench_trainium_gradient -->"):
+                           text.index("<!-- END bench_trainium_gradient -->") + len("<!-- END bench_trainium_gradient -->")] + "\n"
+    out.write_text("\n".join(L) + "\n" + keep)
     print(f"wrote {out}")
     if out.resolve() == (ROOT / "docs" / "benchmarks_trainium.md").resolve():
         write_summary(results, args.shapes, args.precisions)
