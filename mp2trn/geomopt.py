@@ -150,6 +150,18 @@ class PointCalculator:
         mol = self.molecule.mol
         return [i for i in range(mol.natm) if mol.atom_charge(i) == 0 and mol.atom_symbol(i).lower().startswith(("ghost", "x-"))]
 
+    @property
+    def real(self) -> list[int]:
+        """The atoms geomeTRIC moves: every atom but the ghosts, which stay where they are."""
+        ghosts = set(self.ghosts)
+        return [i for i in range(self.molecule.mol.natm) if i not in ghosts]
+
+    def full_coords(self, real_coords: np.ndarray) -> np.ndarray:
+        """All atoms' coordinates (bohr) from those of the real atoms; ghosts keep theirs."""
+        full = self.molecule.mol.atom_coords(unit="Bohr").copy()
+        full[self.real] = np.asarray(real_coords).reshape(-1, 3)
+        return full
+
     def __call__(self, coords_bohr: np.ndarray, step: int) -> OptStep:
         from dataclasses import replace
 
@@ -170,27 +182,30 @@ class PointCalculator:
 
 def _engine(calc: PointCalculator, opt: Optimization, cache: dict[bytes, OptStep], trajectory: Trajectory,
             report: Callable[[OptStep, OptStep | None], None] | None):
-    """geomeTRIC's engine around ``calc`` (made here: geomeTRIC is an optional extra)."""
+    """geomeTRIC's engine around ``calc`` over the real atoms (ghosts are held fixed outside geomeTRIC; made
+    here: geomeTRIC is an optional extra)."""
     from geometric.engine import Engine
     from geometric.molecule import Molecule
 
+    real = calc.real
     molecule = Molecule()
-    molecule.elem = [l.split("-", 1)[1].capitalize() if l.lower().startswith("ghost-") else l for l in calc.labels]
-    molecule.xyzs = [calc.start_coords * BOHR]
+    molecule.elem = [calc.labels[i] for i in real]
+    molecule.xyzs = [calc.start_coords[real] * BOHR]
 
     class Mp2trnEngine(Engine):
         def calc_new(self, coords, dirname):
-            key = np.round(np.asarray(coords, dtype=float), 10).tobytes()
+            full = calc.full_coords(coords)
+            key = np.round(full.ravel(), 10).tobytes()
             if key in cache:        # a resumed step: computed before the kill
                 step = cache[key]
             else:
-                step = calc(np.asarray(coords).reshape(-1, 3), (opt.steps[-1].step + 1) if opt.steps else 0)
+                step = calc(full, (opt.steps[-1].step + 1) if opt.steps else 0)
                 previous = opt.steps[-1] if opt.steps else None
                 opt.steps.append(step)
                 trajectory.append(calc.labels, step)
                 if report:
                     report(step, previous)
-            return {"energy": step.energy, "gradient": np.asarray(step.gradient).ravel()}
+            return {"energy": step.energy, "gradient": np.asarray(step.gradient)[real].ravel()}
 
     return Mp2trnEngine(molecule)
 
@@ -265,7 +280,10 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
     with tempfile.TemporaryDirectory(prefix="mp2trn-opt-") as tmp:
         log_ini = Path(tmp) / "log.ini"
         log_ini.write_text(_QUIET_LOG)
-        cons = _constraints_file(Path(tmp), user_constraints, calc.ghosts)
+        if user_constraints.strip() and calc.ghosts:
+            raise InputError("--constraints with ghost atoms: geomeTRIC sees the real atoms only (ghosts stay fixed), "
+                             "so atom numbers would not match the file; remove the ghosts or the constraints")
+        cons = _constraints_file(Path(tmp), user_constraints)
         kwargs: dict[str, Any] = {"customengine": engine, "input": os.path.join(tmp, "mp2trn_opt"),
                                   "prefix": os.path.join(tmp, "mp2trn_opt"), "logIni": str(log_ini),
                                   "maxiter": max_steps - max(0, len(done) - 1), "convergence_set": convergence.upper()}
@@ -296,10 +314,8 @@ def _read_constraints(path: str | Path | None) -> str:
         raise InputError(f"cannot read the constraints file {path}: {exc.strerror}") from None
 
 
-def _constraints_file(tmp: Path, text: str, ghosts: list[int]) -> Path | None:
-    """geomeTRIC's constraints: the user's, and ghost atoms frozen (1-based indices)."""
-    if ghosts:
-        text = "$freeze\nxyz " + ",".join(str(i + 1) for i in ghosts) + "\n" + text
+def _constraints_file(tmp: Path, text: str) -> Path | None:
+    """geomeTRIC's constraints file (the user's), or None."""
     if not text.strip():
         return None
     path = tmp / "constraints.txt"

@@ -166,3 +166,14 @@ def test_optimize_over_ranks_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "0")
     res, *_ = optimize_cli(tmp_path, "molecules/water.xyz")
     assert res.exit_code == 2 and "one rank" in res.output
+
+
+def test_ghost_atoms_stay_in_place(tmp_path):
+    xyz = tmp_path / "water_ghost.xyz"
+    xyz.write_text("4\nwater and a ghost helium\nO 0 0 0.1173\nH 0 0.7572 -0.4692\nH 0 -0.7572 -0.4692\n"
+                   "Gh(He) 0 0 2.5\n")
+    res, out, _, _ = optimize_cli(tmp_path, str(xyz), "--frozen-core", "auto")
+    assert res.exit_code == 0, res.output
+    final = out.read_text().splitlines()
+    assert final[-1].split()[0] == "Gh(He)"
+    assert np.allclose(read_xyz(out)[3], [0, 0, 2.5], atol=1e-6)
