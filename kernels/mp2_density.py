@@ -308,19 +308,19 @@ def _vir_densities(st, sig, sigt, tt, ttt):
     """pvk[b, b'] += Σ_a σ[a, b] t̃[a, b'] (vir_k) and pva[a, a'] += Σ_b σᵀ[b, a] t̃ᵀ[b, a'] (PSUM over the
     contraction tiles, then VectorE into the SBUF accumulators)."""
     if st.vir_k:
-        for bt, (b0, bsz) in enumerate(st.btiles):
-            for c0, csz in tiles(st.nvb, NFMAX):
-                p = nl.ndarray((bsz, csz), dtype=nl.float32, buffer=nl.psum, name="pvk_ps")
-                for at in range(len(st.atiles)):
-                    nisa.nc_matmul(dst=p, stationary=sig[at][:, b0:b0 + bsz], moving=tt[at][:, c0:c0 + csz])
-                acc = st.pvk[bt][:, c0:c0 + csz]
-                nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)
-    for at, (a0, asz) in enumerate(st.atiles):
-        for c0, csz in tiles(st.nva, NFMAX):
-            p = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.psum, name="pva_ps")
-            for bt in range(len(st.btiles)):
-                nisa.nc_matmul(dst=p, stationary=sigt[bt][:, a0:a0 + asz], moving=ttt[bt][:, c0:c0 + csz])
-            acc = st.pva[at][:, c0:c0 + csz]
+        _gram_accumulate(st.pvk, st.btiles, st.nvb, len(st.atiles), sig, tt, "pvk_ps")
+    _gram_accumulate(st.pva, st.atiles, st.nva, len(st.btiles), sigt, ttt, "pva_ps")
+
+
+def _gram_accumulate(acc_tiles, row_tiles, ncol, ncontract, left, right, name):
+    """acc[r][:, c] += Σ_t left[t][:, rows r]ᵀ right[t][:, c]: one PSUM bank per (row tile, column chunk),
+    accumulated over the ``ncontract`` partition tiles, added into the SBUF accumulator."""
+    for rt, (r0, rsz) in enumerate(row_tiles):
+        for c0, csz in tiles(ncol, NFMAX):
+            p = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.psum, name=name)
+            for t in range(ncontract):
+                nisa.nc_matmul(dst=p, stationary=left[t][:, r0:r0 + rsz], moving=right[t][:, c0:c0 + csz])
+            acc = acc_tiles[rt][:, c0:c0 + csz]
             nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)
 
 

@@ -8,6 +8,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_block(marker: str, prelude: str = "") -> dict:
+    """Execute the README's first Python block containing ``marker`` (after ``prelude``); its namespace."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    block = next(b for b in blocks if marker in b)
+    namespace: dict = {}
+    exec(compile(prelude + block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+    return namespace
+
+
 def test_readme_python_example_runs(monkeypatch):
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
@@ -24,17 +33,9 @@ def test_readme_qcengine_and_ase_examples_run(monkeypatch, capsys):
 
     pytest.importorskip("qcengine")
     pytest.importorskip("ase")
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     monkeypatch.chdir(ROOT)
-    qc = next(b for b in blocks if "AtomicInput" in b)
-    namespace: dict = {}
-    exec(compile(qc, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
-    assert namespace["res"].success and namespace["res"].return_result < -75
-    calc = next(b for b in blocks if "get_potential_energy" in b)
-    namespace = {}
-    exec(compile(calc, "README.md", "exec"), namespace)  # noqa: S102
-    assert namespace["atoms"].calc.result.e_corr < 0
+    assert (res := run_block("AtomicInput")["res"]).success and res.return_result < -75
+    assert run_block("get_potential_energy")["atoms"].calc.result.e_corr < 0
 
 
 def test_readme_gradient_and_optimisation_examples_run(monkeypatch, tmp_path):
@@ -42,21 +43,11 @@ def test_readme_gradient_and_optimisation_examples_run(monkeypatch, tmp_path):
 
     pytest.importorskip("geometric")
     pytest.importorskip("qcengine")
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     monkeypatch.chdir(ROOT)
-    grad = next(b for b in blocks if "nuc_grad_method" in b)
-    namespace: dict = {}
-    exec(compile("from pyscf import gto, scf\nimport mp2trn\n"
-                 "mol = gto.M(atom='O 0 0 0.117; H 0 0.757 -0.469; H 0 -0.757 -0.469', basis='cc-pvdz')\n" + grad,
-                 "README.md", "exec"), namespace)  # noqa: S102
+    namespace = run_block("nuc_grad_method", "from pyscf import gto, scf\nimport mp2trn\n"
+                          "mol = gto.M(atom='O 0 0 0.117; H 0 0.757 -0.469; H 0 -0.757 -0.469', basis='cc-pvdz')\n")
     assert namespace["de"].shape == (3, 3) and namespace["res"].gradient.shape == (3, 3)
-    bfgs = next(b for b in blocks if "BFGS" in b)
-    namespace = {}
-    exec(compile(bfgs, "README.md", "exec"), namespace)  # noqa: S102
-    assert 0.95 < namespace["atoms"].get_distance(0, 1) < 0.98
+    assert 0.95 < run_block("BFGS")["atoms"].get_distance(0, 1) < 0.98
     monkeypatch.chdir(tmp_path)    # geomeTRIC's QCEngine procedure writes files where it runs
-    procedure = next(b for b in blocks if "OptimizationInput" in b)
-    namespace = {}
-    exec(compile(procedure, "README.md", "exec"), namespace)  # noqa: S102
-    assert namespace["opt"].success and namespace["opt"].properties.return_energy < -76.23
+    opt = run_block("OptimizationInput")["opt"]
+    assert opt.success and opt.properties.return_energy < -76.23

@@ -114,7 +114,6 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
         timings["gradient_ri"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    jk_before = _jk_builds(mf)
     products = ResponseJK.build(mf, chans, max_memory) or Products(mf, chans)
     resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian)
     timings["gradient_response"] = time.perf_counter() - t0
@@ -134,7 +133,6 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": device.name,
                 "gradient_jk": ("occupied-factor products of the JK-fit tensor (host, fp64)" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
-                "zvector_jk_builds": _jk_builds(mf) - jk_before if jk_before is not None else None,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips, "gradient_out_of_core": not plan.incore}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
@@ -192,11 +190,6 @@ def _aux_block(nao: int, max_shell: int, max_memory: float) -> int:
         need = max_shell * per_aux / 0.4 / 1e6
         raise ResourceError(f"the gradient's fitting-basis pass needs {need:.0f} MB for its smallest block; raise --memory")
     return block
-
-
-def _jk_builds(mf) -> int | None:
-    builds = getattr(mf.with_df, "builds", None)
-    return len(builds) if isinstance(builds, list) else None
 
 
 def _jk_where(mf) -> str:
