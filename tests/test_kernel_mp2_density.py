@@ -9,7 +9,6 @@ import pytest
 
 import mp2trn
 from mp2trn.devices import get_device
-from mp2trn.errors import InputError
 from mp2trn.kernels.mp2_density import density_plan, mp2_density, mp2_density_reference, u_coefficients
 
 from .conftest import molecule_path
@@ -169,11 +168,15 @@ def test_sim_device_matches_cpu(coeffs, nv_k, vir_k):
     assert sim.cost_report()["launches_by_stage"] == {"grad_pairs": 1}
 
 
-def test_compensated_precision_is_refused():
+def test_compensated_mode_runs_the_fp32_kernel_and_says_so():
+    """fp32x3 has no compensated mp2_density: the gradient's pair step runs the fp32 kernel, the device says
+    so, and the gradient stays within the fp32x3 target (1e-5 Eh/bohr) of the cpu's."""
     sim = get_device("sim", precision="fp32x3")
-    strip = _strip(np.random.default_rng(0), 20, 2, 1, 4, 4)
-    with pytest.raises(InputError, match="fp32"):
-        sim.pair_densities(*strip, *RHF, False)
+    assert sim.pair_densities_precision == "fp32" and get_device("cpu").pair_densities_precision == "fp64"
+    cpu = mp2trn.run(molecule_path("water"), device="cpu", gradient=True)
+    x3 = mp2trn.run(molecule_path("water"), device="sim", precision="fp32x3", gradient=True)
+    assert x3.what_ran["gradient_pairs"] == "sim (fp32)" and x3.what_ran["precision"] == "fp32x3"
+    assert np.max(np.abs(np.asarray(x3.gradient) - np.asarray(cpu.gradient))) < 1e-5
 
 
 @pytest.mark.parametrize("name", ["water", "hydroxyl"])     # RHF; UHF (same- and opposite-spin strips)

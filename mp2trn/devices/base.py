@@ -123,6 +123,11 @@ class Device(ABC):
     #: True when the device implements :meth:`pair_densities`
     has_pair_densities: bool = False
 
+    @property
+    def pair_densities_precision(self) -> str:
+        """The arithmetic of :meth:`pair_densities` (the device's precision unless it has no kernel for it)."""
+        return self.precision
+
     def pair_densities(self, b_all: np.ndarray, b_k: np.ndarray, e_all: np.ndarray, e_k: np.ndarray,
                        ev_all: np.ndarray, ev_k: np.ndarray, c_direct: float, c_exch: float,
                        vir_k: bool) -> PairDensities:

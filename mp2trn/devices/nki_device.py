@@ -22,7 +22,7 @@ Precisions (``supported_precisions``, first = default): ``fp32`` and the compens
 (see :mod:`mp2trn.precision` and docs/precision.md). Between stages the host keeps (P|ia)
 and B in float32 (fp32) or as the fp64 sum of the two fp32 planes the x3 kernels return (fp32x3 — on a
 NeuronCore these would stay in HBM as plane pairs); all sums over pairs are fp64 on the host. The gradient's
-pair step runs in fp32 only (no compensated planes for ``mp2_density``): under fp32x3 it raises InputError.
+pair step runs in fp32 in every mode (no compensated planes for ``mp2_density``; recorded in what-ran).
 """
 
 from __future__ import annotations
@@ -330,19 +330,19 @@ class NkiDevice(Device):
         return os_, xx
 
     # -- the gradient's pair step ----------------------------------------------------------------------
+    has_pair_densities = True
+
     @property
-    def has_pair_densities(self) -> bool:
-        """fp32 only: ``mp2_density`` has no compensated (fp32x3) variant."""
-        return self.kernels.densities is not None
+    def pair_densities_precision(self) -> str:
+        """fp32 in every precision mode: ``mp2_density`` has no compensated (fp32x3) variant, so under fp32x3
+        the gradient's pair step runs the fp32 kernel on B rounded to fp32 (what-ran says so)."""
+        return "fp32"
 
     def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k) -> PairDensities:
         """One strip through ``mp2_density`` (one launch): B and energies in fp32 as the kernel takes them,
         the k block padded to the largest of the run (zero B, energy −1 Eh: nothing added, one signature),
         the sums back in fp64."""
-        kernel = self.kernels.densities
-        if kernel is None:
-            raise InputError(f"the gradient's pair step on device {self.kind!r} runs in precision fp32 only, not "
-                             f"{self.precision!r}; use --precision fp32 (or --device cpu for fp64)")
+        kernel = self.kernels.densities or kernel_set(1).densities    # fp32 for every mode (see above)
         naux, ni, nva = b_all.shape
         nk0, nvb = b_k.shape[1], b_k.shape[2]
         c_direct, c_exch = float(c_direct), float(c_exch)

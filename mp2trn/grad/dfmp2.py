@@ -130,7 +130,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
     fast = isinstance(products, ResponseJK)
-    what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": device.name,
+    what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
                 "gradient_jk": ("occupied-factor products of the JK-fit tensor (host, fp64)" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
