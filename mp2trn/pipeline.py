@@ -168,9 +168,6 @@ def compute(
     ``dm0``: the SCF's initial density (a nearby geometry's, in the same basis), else PySCF's guess."""
     if comm is not None:
         comm = device_comm(comm, device)   # on NKI devices the arrays travel in NKI collective kernels
-    if options.gradient and comm is not None and comm.size > 1:
-        raise InputError(f"--gradient runs on one rank for now ({comm.size} ranks were launched); run it without "
-                         "torchrun, or spread energies over ranks without --gradient")
     if options.gradient and not device.has_pair_densities:
         raise InputError(f"--gradient: device {device.name!r} has no gradient pair step in precision "
                          f"{device.precision!r}; use --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
@@ -203,12 +200,12 @@ def compute(
     result = replace(result, timings=timings, scf=record, notes=notes, parallel=parallel, what_ran=what_ran,
                      method=method, e_disp=dispersion_energy(mf.mol, method), reference=reference)
     if options.gradient:
-        result = gradient_stage(result, mf, _auxbasis(molecule, options), options, device, progress)
+        result = gradient_stage(result, mf, _auxbasis(molecule, options), options, device, progress, comm)
     return result, mf
 
 
 def gradient_stage(result: MP2Result, mf, auxbasis, options: RunOptions, device: Device,
-                   progress: Progress | None = None) -> MP2Result:
+                   progress: Progress | None = None, comm: Comm | None = None) -> MP2Result:
     """The analytic gradient of ``result``'s energy, the relaxed density's dipole and natural occupations
     (:mod:`mp2trn.grad`), added to ``result`` with the stages' timings and what ran."""
     from .grad import kernel as gradient_kernel
@@ -217,7 +214,7 @@ def gradient_stage(result: MP2Result, mf, auxbasis, options: RunOptions, device:
     check_stopped()
     method = result.method
     g = gradient_kernel(mf, device, budget_mb(options.max_memory), auxbasis, options.frozen, method.c_os, method.c_ss,
-                        progress)
+                        progress, comm=comm)
     mol = mf.mol
     dipoles = {"scf": dipole(mol, g.dm_hf).tolist(), "mp2_unrelaxed": dipole(mol, g.dm_unrelaxed).tolist(),
                "mp2_relaxed": dipole(mol, g.dm_relaxed).tolist()}

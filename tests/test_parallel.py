@@ -140,6 +140,20 @@ def test_cli_over_two_ranks_prints_and_writes_once(tmp_path):
     assert abs(doc["return_result"] - mp2trn.run(molecule_path("water")).e_tot) <= 1e-10
 
 
+@pytest.mark.parametrize("name, flags", [("water", []), ("hydroxyl", ["--frozen-core", "auto"])])
+def test_gradient_over_two_ranks_equals_one_rank(tmp_path, name, flags):
+    """Each rank runs its share of the pair strips, the fitting-basis pass and the JK-fit derivative
+    blocks; the all-reduced gradient is the one-rank gradient."""
+    out = tmp_path / f"{name}.json"
+    proc = _launch(["-m", "mp2trn", "run", str(molecule_path(name)), "--gradient", "--json", str(out), *flags],
+                   tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["driver"] == "gradient" and "2 ranks" in doc["extras"]["mp2trn"]["gradient"]
+    one = mp2trn.run(molecule_path(name), gradient=True, frozen="auto" if flags else None)
+    assert np.max(np.abs(np.asarray(doc["return_result"]) - one.gradient.ravel())) <= 1e-9
+
+
 @pytest.mark.parametrize("failing", [1, 0])
 def test_a_failing_rank_ends_every_rank_with_its_message(tmp_path, failing):
     out = tmp_path / "never.json"

@@ -23,6 +23,7 @@ import numpy as np
 from ..devices.base import Device
 from ..energy import _blocks
 from ..orbitals import SpinOrbitals
+from ..parallel import Comm
 from ..progress import Progress
 from ..scratch import check_stopped
 from ..transform import BStore
@@ -58,39 +59,44 @@ def strip_tasks(spins: list[SpinOrbitals], c_os: float, c_ss: float) -> list[tup
 
 
 def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: int, c_os: float, c_ss: float,
-          gamma: BStore, progress: Progress | None = None) -> UnrelaxedDensities:
-    """Run every strip on ``device``; fill ``gamma`` and return the unrelaxed densities."""
+          gamma: BStore, progress: Progress | None = None, comm: Comm | None = None) -> UnrelaxedDensities:
+    """Run every strip on ``device``; fill ``gamma`` and return the unrelaxed densities.
+
+    With ``comm`` over several ranks each rank runs every size-th block (its Γ̄ columns; the others stay
+    as they are, zero) and the densities are all-reduced; every rank holds the whole B."""
+    comm = comm or Comm()
     p_occ = [np.zeros((s.nocc, s.nocc)) for s in spins]
     p_vir = [np.zeros((s.nvir, s.nvir)) for s in spins]
     cases = strip_tasks(spins, c_os, c_ss)
     blocks = [_blocks(s.nocc, occ_block) for s in spins]
-    total = sum(len(blocks[sk]) for _, sk, *_ in cases)
+    mine = [(sk, k0, k1) for sk, kb in enumerate(blocks) for k0, k1 in kb]
+    mine = mine[comm.rank :: comm.size]
+    total = sum(1 for sk, *_ in mine for case in cases if case[1] == sk)
     done = 0
-    for sk, kb in enumerate(blocks):     # one block of spin sk at a time: its Γ̄ rows are complete after it
-        for k0, k1 in kb:
-            rows = 0.0
-            for si, sj, c_direct, c_exch, vir_all, vir_k in cases:
-                if sj != sk:
-                    continue
-                a, b = spins[si], spins[sk]
-                b_all = store.occ_block(si, a.nvir, 0, a.nocc)
-                b_k = store.occ_block(sk, b.nvir, k0, k1)
-                out = device.pair_densities(b_all, b_k, a.e_occ, b.e_occ[k0:k1], a.e_vir, b.e_vir, c_direct, c_exch,
-                                            vir_k)
-                p_occ[si] -= out.p_occ
-                if vir_all:
-                    p_vir[si] += out.p_vir_all
-                if out.p_vir_k is not None:
-                    p_vir[sk] += out.p_vir_k
-                rows = rows + 2.0 * out.gamma_k
-                done += 1
-                check_stopped()
-                if progress:
-                    progress("gradient pairs", done, total)
-            gamma.arrays[sk][:, k0 * spins[sk].nvir : k1 * spins[sk].nvir] = \
-                np.asarray(rows).reshape(store_rows(gamma), -1)
-    p_occ = [(p + p.T) / 2 for p in p_occ]
-    p_vir = [(p + p.T) / 2 for p in p_vir]
+    for sk, k0, k1 in mine:              # one block of spin sk at a time: its Γ̄ rows are complete after it
+        rows = 0.0
+        for si, sj, c_direct, c_exch, vir_all, vir_k in cases:
+            if sj != sk:
+                continue
+            a, b = spins[si], spins[sk]
+            b_all = store.occ_block(si, a.nvir, 0, a.nocc)
+            b_k = store.occ_block(sk, b.nvir, k0, k1)
+            out = device.pair_densities(b_all, b_k, a.e_occ, b.e_occ[k0:k1], a.e_vir, b.e_vir, c_direct, c_exch,
+                                        vir_k)
+            p_occ[si] -= out.p_occ
+            if vir_all:
+                p_vir[si] += out.p_vir_all
+            if out.p_vir_k is not None:
+                p_vir[sk] += out.p_vir_k
+            rows = rows + 2.0 * out.gamma_k
+            done += 1
+            check_stopped()
+            if progress:
+                progress("gradient pairs", done, total)
+        gamma.arrays[sk][:, k0 * spins[sk].nvir : k1 * spins[sk].nvir] = \
+            np.asarray(rows).reshape(store_rows(gamma), -1)
+    p_occ = [comm.allreduce((p + p.T) / 2, "gradient") for p in p_occ]
+    p_vir = [comm.allreduce((p + p.T) / 2, "gradient") for p in p_vir]
     return UnrelaxedDensities(p_occ, p_vir, gamma, total)
 
 

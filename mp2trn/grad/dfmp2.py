@@ -26,6 +26,7 @@ from ..errors import InputError, ResourceError
 from ..memory import SpinShape, plan_blocks
 from ..options import Frozen
 from ..orbitals import is_uhf, select_frozen, spin_orbitals
+from ..parallel import Comm
 from ..progress import Progress
 from ..scf import check_converged
 from ..threads import one_blas_pool
@@ -65,20 +66,23 @@ def check_supported(mf) -> None:
 
 def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = None, frozen: Frozen = None,
            c_os: float = 1.0, c_ss: float = 1.0, progress: Progress | None = None,
-           derivatives: bool = True) -> GradientResult:
+           derivatives: bool = True, comm: Comm | None = None) -> GradientResult:
     """Analytic gradient of E_SCF + c_os·E_os + c_ss·E_ss (DF-MP2 with ``auxbasis``) for the converged
     density-fitted SCF ``mf``; the pair sweep runs on ``device`` within ``max_memory`` MB.
 
-    ``derivatives=False`` stops after the relaxed density (no derivative integrals; ``gradient`` is None)."""
+    ``derivatives=False`` stops after the relaxed density (no derivative integrals; ``gradient`` is None).
+    ``comm``: ranks that share the work — each holds the whole B, runs its share of the pair strips, of the
+    fitting-basis pass (its Γ̄ columns) and of the JK-fit derivative blocks; the sums are all-reduced and
+    the orbital response is solved on every rank alike, so every rank returns the same gradient."""
     check_supported(mf)
     if not device.has_pair_densities:
         raise InputError(f"device {device.name!r} has no gradient pair step in precision {device.precision!r}; run "
                          "gradients on --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
     with one_blas_pool():
-        return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives)
+        return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm or Comm())
 
 
-def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives) -> GradientResult:
+def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm) -> GradientResult:
     t_start = time.perf_counter()
     mol = mf.mol
     frozen_sel = select_frozen(mf, frozen)
@@ -99,18 +103,24 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as b_store, \
             BStore(dfi.naux, spins, np.float64, plan.incore) as gamma:
         build_b(dfi, spins, device, plan, b_store, progress)
+        if comm.size > 1:     # other ranks' Γ̄ columns stay zero here (HDF5 datasets start as zeros)
+            for arr in gamma.arrays:
+                if isinstance(arr, np.ndarray):
+                    arr[...] = 0.0
         timings["gradient_b"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         dens = densities.sweep(b_store, spins, device, _strip_block(spins, dfi.naux, max_memory), c_os, c_ss, gamma,
-                               progress)
+                               progress, comm)
         timings["gradient_pairs"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         column_block = max(1, plan.metric_cols)
         weights = [ch.weight for ch in chans]
-        gam = ri.metric_density(gamma, b_store, weights, dfi.l_chol, column_block)
+        gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, column_block), "gradient")
         ri.to_fitting_coefficients(gamma, dfi.l_chol, column_block)
         aux_block = _aux_block(mol.nao_nr(), dfi.max_aux_shell, max_memory)
         lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, aux_block, derivatives)
+        lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
+        de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
         de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
         timings["gradient_ri"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -122,7 +132,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     if derivatives:
         t0 = time.perf_counter()
         terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w,
-                                  _aux_block(mol.nao_nr(), largest_shell(mf.with_df.auxmol), max_memory))
+                                  _aux_block(mol.nao_nr(), largest_shell(mf.with_df.auxmol), max_memory), comm)
         timings["gradient_integrals"] = time.perf_counter() - t0
         terms["mp2_ri_3c"] = de_3c
         terms["mp2_ri_metric"] = de_metric
@@ -130,7 +140,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
     fast = isinstance(products, ResponseJK)
-    what_ran = {"gradient": "analytic DF-MP2 (relaxed)", "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
+    what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
                 "gradient_jk": ("occupied-factor products of the JK-fit tensor (host, fp64)" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
@@ -198,7 +208,7 @@ def _jk_where(mf) -> str:
 
 
 def _derivative_terms(mf, chans: list[Channel], p_mo: list[np.ndarray], w_mo: list[np.ndarray],
-                      aux_block: int) -> dict[str, np.ndarray]:
+                      aux_block: int, comm: Comm | None = None) -> dict[str, np.ndarray]:
     """Every term through the SCF's integrals, for the SCF density plus the MP2 correction ``p_mo`` and
     the SCF's plus the MP2 energy-weighted density ``w_mo`` (MO bases, per channel; zero matrices give
     the SCF gradient alone): nuclear repulsion, Σ (D + P)·h^R − Σ (W_SCF + W)·S^R and the JK-fit
@@ -220,7 +230,7 @@ def _derivative_terms(mf, chans: list[Channel], p_mo: list[np.ndarray], w_mo: li
         de_1e[atom] = np.einsum("xij,ij->x", hcore_deriv(atom), dm) \
             - 2.0 * np.einsum("xij,ij->x", s1[:, p0:p1], w_ao[p0:p1])
     return {"nuclear": np.asarray(mf_grad.grad_nuc()), "one_electron": de_1e,
-            "two_electron_jk": two_electron_gradient(mf, chans, p_spin, aux_block)}
+            "two_electron_jk": two_electron_gradient(mf, chans, p_spin, aux_block, comm)}
 
 
 def scf_gradient(mf, max_memory: float) -> np.ndarray:

@@ -21,14 +21,19 @@ import scipy.linalg
 from pyscf import gto
 
 from ..df import _shell_ranges
+from ..parallel import Comm
 from ..scratch import check_stopped
 from .orbitals import Channel
 from .ri import _per_atom, contract_3c_derivatives, metric_gradient
 
 
-def two_electron_gradient(mf, chans: list[Channel], p_spin: list[np.ndarray], aux_block: int) -> np.ndarray:
+def two_electron_gradient(mf, chans: list[Channel], p_spin: list[np.ndarray], aux_block: int,
+                          comm: Comm | None = None) -> np.ndarray:
     """(natm, 3) Eh/bohr: the derivative of ½D·J[D] − ½Σ_σ D^σ·K[D^σ] + Σ_σ P^σ·G^σ[D] through the JK-fit
-    integrals (orbital and fitting-function centres). p_spin: one AO matrix per channel (per spin)."""
+    integrals (orbital and fitting-function centres). p_spin: one AO matrix per channel (per spin).
+    ``comm``: the derivative-integral blocks are shared over its ranks (the result, all-reduced, is the same
+    on every rank)."""
+    comm = comm or Comm()
     mol = mf.mol
     auxmol = mf.with_df.auxmol
     nao, nbas, naux = mol.nao_nr(), mol.nbas, auxmol.nao_nr()
@@ -66,15 +71,15 @@ def two_electron_gradient(mf, chans: list[Channel], p_spin: list[np.ndarray], au
     # pass 2: the derivative integrals, contracted with the AO "densities" of every fitting function
     per_ao = np.zeros((nao, 3))
     per_aux = np.zeros((naux, 3))
-    for s0, s1 in blocks:
+    for s0, s1 in blocks[comm.rank :: comm.size]:
         p0, p1 = int(loc[s0]), int(loc[s1])
         g = a[p0:p1, None, None] * d_tot + b[p0:p1, None, None] * z_tot
         for ch, c, o in zip(chans, coef, occ):
             g -= 2.0 * ch.weight * (c[p0:p1] @ o.T)                                  # Σ_i c_P,μi C_λi
         contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), g, per_ao, per_aux[p0:p1])
         check_stopped()
-    return _per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux) \
-        + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
+    shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
+    return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
 
 
 def _sym(m: np.ndarray) -> np.ndarray:
