@@ -30,6 +30,7 @@ from .devices import Device
 from .errors import ConvergenceError, InputError, Mp2trnError
 from .files import write_text_atomic
 from .options import RunOptions
+from .parallel import Comm
 from .result import MP2Result
 
 BOHR = nist.BOHR   # Å per bohr (PySCF's value, which geomeTRIC is given too)
@@ -131,13 +132,15 @@ class PointCalculator:
     """Energy and gradient of one molecule at any geometry on one open device; each SCF starts from the
     previous geometry's converged density (``reuse_density``)."""
 
-    def __init__(self, source, options: RunOptions, device: Device, reuse_density: bool = True):
+    def __init__(self, source, options: RunOptions, device: Device, reuse_density: bool = True,
+                 comm: Comm | None = None):
         from .pipeline import build_molecule
 
         self.options = RunOptions.build(options, gradient=True)
         self.molecule = build_molecule(source, self.options)
         self.device = device
         self.reuse_density = reuse_density
+        self.comm = comm or Comm()
         self._dm: np.ndarray | None = None
 
     @property
@@ -163,6 +166,29 @@ class PointCalculator:
         return full
 
     def __call__(self, coords_bohr: np.ndarray, step: int) -> OptStep:
+        """The step at ``coords_bohr`` (rank 0 of several: the other ranks are told the geometry first)."""
+        if self.comm.size > 1:
+            self._tell(np.concatenate([[1.0], np.asarray(coords_bohr, dtype=float).ravel()]))
+        return self.evaluate(coords_bohr, step)
+
+    def _tell(self, message: np.ndarray) -> np.ndarray:
+        """Rank 0's message on every rank (an all-reduce in which the other ranks add zeros)."""
+        return self.comm.allreduce(message if self.comm.rank == 0 else np.zeros_like(message), "optimize")
+
+    def stop_followers(self) -> None:
+        """Rank 0: tell the other ranks that the optimisation is over."""
+        if self.comm.size > 1:
+            self._tell(np.zeros(1 + 3 * self.molecule.mol.natm))
+
+    def follow(self) -> None:
+        """Ranks other than 0: compute a share of every gradient rank 0 asks for, until it says stop."""
+        while True:
+            message = self._tell(np.zeros(1 + 3 * self.molecule.mol.natm))
+            if message[0] == 0.0:
+                return
+            self.evaluate(message[1:].reshape(-1, 3), -1)
+
+    def evaluate(self, coords_bohr: np.ndarray, step: int) -> OptStep:
         from dataclasses import replace
 
         from .pipeline import compute
@@ -170,7 +196,7 @@ class PointCalculator:
         t0 = time.perf_counter()
         mol = self.molecule.mol.set_geom_(np.asarray(coords_bohr).reshape(-1, 3), unit="Bohr", inplace=False)
         result, mf = compute(replace(self.molecule, mol=mol), self.options, self.device,
-                             dm0=self._dm if self.reuse_density else None)
+                             dm0=self._dm if self.reuse_density else None, comm=self.comm)
         self._dm = mf.make_rdm1()
         return OptStep(step, result.e_tot, np.asarray(result.gradient), mol.atom_coords(unit="Bohr"),
                        result.scf["cycles"], time.perf_counter() - t0, result)
@@ -240,23 +266,26 @@ def require_geometric():
 def optimize(source, options: RunOptions, device: Device, convergence: str = "gau", max_steps: int = 100,
              constraints: str | Path | None = None, trajectory: str | Path | None = None, resume: bool = False,
              reuse_density: bool = True,
-             report: Callable[[OptStep, OptStep | None], None] | None = None) -> Optimization:
+             report: Callable[[OptStep, OptStep | None], None] | None = None,
+             comm: Comm | None = None) -> Optimization | None:
     """Optimise the geometry of ``source`` with geomeTRIC on mp2trn's gradient (``options``' method, basis,
     device...). Ghost atoms stay where they are. Returns the Optimization; a run that reaches ``max_steps``
-    raises ConvergenceError (the trajectory keeps every finished step)."""
-    require_geometric()
-    from .parallel import rank_and_size
+    raises ConvergenceError (the trajectory keeps every finished step).
 
-    if rank_and_size()[1] > 1:
-        raise InputError("geometry optimisation runs on one rank for now (the gradient is not spread over ranks); "
-                         "run it without torchrun, or optimise many molecules at once with `mp2trn batch --optimize`")
+    ``comm`` over several ranks (torchrun): rank 0 drives geomeTRIC, writes the trajectory and returns the
+    Optimization; every rank computes its share of each gradient; the other ranks return None."""
+    require_geometric()
+    comm = comm or Comm()
     convergence = convergence.lower()
     if convergence not in CONVERGENCE_SETS:
         raise InputError(f"--convergence {convergence!r}: use one of {', '.join(CONVERGENCE_SETS)}")
     if max_steps < 1:
         raise InputError(f"--max-steps must be at least 1, got {max_steps}")
     user_constraints = _read_constraints(constraints)
-    calc = PointCalculator(source, options, device, reuse_density)
+    calc = PointCalculator(source, options, device, reuse_density, comm)
+    if comm.rank != 0:
+        calc.follow()
+        return None
     traj = Trajectory(trajectory)
     done = traj.read() if resume else []
     if resume and trajectory is None:
@@ -290,7 +319,10 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
         if cons is not None:
             kwargs["constraints"] = str(cons)
         try:
-            run_optimizer(**kwargs)
+            try:
+                run_optimizer(**kwargs)
+            finally:
+                calc.stop_followers()
         except GeomOptNotConvergedError:
             opt.message = f"not converged in {max_steps} steps"
             raise ConvergenceError(f"the geometry optimisation did not converge in {max_steps} steps ({convergence} "

@@ -80,12 +80,36 @@ def test_ase_bfgs_and_qcengine_procedure_find_the_same_minimum(water_minimum, tm
         assert abs(other[0] - ours[0]) < 1e-3 and abs(other[1] - ours[1]) < 1e-3 and abs(other[2] - ours[2]) < 0.1
 
 
-def test_hydroxyl_uhf_frozen_core(tmp_path):
+def test_hydroxyl_uhf_frozen_core_same_minimum_everywhere(tmp_path, monkeypatch):
+    from ase import Atoms
+    from ase.optimize import BFGS
+
+    from mp2trn.ase import MP2Calculator
+
     res, out, _, js = optimize_cli(tmp_path, "molecules/hydroxyl.xyz", "--frozen-core", "auto")
     assert res.exit_code == 0, res.output
     r = np.linalg.norm(np.diff(read_xyz(out), axis=0))
     assert 0.96 < r < 0.98
-    assert json.loads(js.read_text())["trajectory"][-1]["extras"]["mp2trn"]["reference"] == "UHF"
+    doc = json.loads(js.read_text())
+    assert doc["trajectory"][-1]["extras"]["mp2trn"]["reference"] == "UHF"
+    assert max(abs(g) for g in doc["trajectory"][-1]["return_result"]) < 4.5e-4
+    atoms = Atoms("OH", positions=[[0, 0, 0], [0, 0, 1.0]])
+    atoms.calc = MP2Calculator(basis="cc-pvdz", multiplicity=2, frozen="auto")
+    BFGS(atoms, logfile=None).run(fmax=2e-3)
+    assert abs(atoms.get_distance(0, 1) - r) < 1e-3
+    qcengine = pytest.importorskip("qcengine")
+    from qcelemental.models import v2
+
+    monkeypatch.chdir(tmp_path)
+    mol = v2.Molecule(symbols=["O", "H"], geometry=[0, 0, 0, 0, 0, 1.9], molecular_multiplicity=2)
+    spec = v2.OptimizationSpecification(program="geometric", keywords={"program": "mp2trn", "convergence_set": "GAU"},
+                                        specification=v2.AtomicSpecification(
+                                            driver="gradient", program="mp2trn", keywords={"frozen_core": "auto"},
+                                            model={"method": "mp2", "basis": "cc-pvdz"}))
+    result = qcengine.compute(v2.OptimizationInput(initial_molecule=mol, specification=spec), "geometric")
+    assert result.success
+    g = np.asarray(result.final_molecule.geometry)
+    assert abs(np.linalg.norm(g[1] - g[0]) * BOHR - r) < 1e-3
 
 
 def test_constraint_is_kept(tmp_path):
@@ -161,11 +185,27 @@ def test_batch_optimize_records_final_geometries_and_resumes(tmp_path):
     assert res.exit_code == 0 and len(out.read_text().splitlines()) == 2    # nothing run again
 
 
-def test_optimize_over_ranks_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "0")
-    res, *_ = optimize_cli(tmp_path, "molecules/water.xyz")
-    assert res.exit_code == 2 and "one rank" in res.output
+def test_optimize_over_two_ranks_reaches_the_one_rank_minimum(tmp_path, water_minimum):
+    """torchrun: rank 0 drives geomeTRIC and writes; both ranks compute their share of every gradient."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out, js = tmp_path / "final.xyz", tmp_path / "opt.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "mp2trn", "optimize", "molecules/water.xyz", "--out", str(out), "--json", str(js)],
+                          capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("step   0") == 1                      # rank 0 alone reports
+    doc = json.loads(js.read_text())
+    assert "2 ranks" in doc["trajectory"][-1]["extras"]["mp2trn"]["gradient"]
+    assert np.max(np.abs(read_xyz(out) - water_minimum[0])) < 1e-4
+
 
 
 def test_ghost_atoms_stay_in_place(tmp_path):

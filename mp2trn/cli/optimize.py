@@ -39,7 +39,7 @@ def optimize(
     """Optimise a geometry with geomeTRIC (translation-rotation internal coordinates) on the analytic
     DF-MP2 gradient; one progress line per step."""
     from ..geomopt import optimize as run_optimize
-    from ..pipeline import open_device
+    from ..pipeline import open_device, open_ranks
     from ..qcschema import optimization_result
     from ..scratch import run_scratch
 
@@ -56,9 +56,11 @@ def optimize(
                       f"rms|g| {step.rms_gradient:.2e}{size}  SCF cycles {step.scf_cycles}  {step.seconds:.1f} s",
                       highlight=False, soft_wrap=True)
 
-    with run_scratch(options.scratch), open_device(options) as device:
+    with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as device:
         opt = run_optimize(xyz, options, device, convergence, max_steps, constraints, trajectory, resume,
-                           reuse_density, report)
+                           reuse_density, report, comm)
+    if opt is None:      # a rank other than 0: it computed its share of every gradient; rank 0 reports
+        return
     if out is not None:
         write_text_atomic(out, opt.final_xyz())
     finish(json_path, optimization_result(opt, options), quiet,
