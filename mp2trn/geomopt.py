@@ -98,6 +98,7 @@ class Trajectory:
     def __init__(self, path: str | Path | None):
         self.path = Path(path) if path is not None else None
         self.frames: list[str] = []
+        self.labels: list[str] = []   # the atoms of the frames read
 
     def append(self, labels: list[str], step: OptStep) -> None:
         grad = ",".join(f"{v:.12e}" for v in np.asarray(step.gradient).ravel())
@@ -116,6 +117,7 @@ class Trajectory:
             n = int(lines[k])
             comment = dict(part.split("=", 1) for part in lines[k + 1].split() if "=" in part)
             rows = [r.split() for r in lines[k + 2 : k + 2 + n]]
+            self.labels = [r[0] for r in rows if r]
             try:
                 coords = np.array([[float(v) for v in r[1:4]] for r in rows]) / BOHR
                 grad = np.array([float(v) for v in comment["gradient_eh_bohr"].split(",")]).reshape(n, 3)
@@ -146,7 +148,7 @@ class PointCalculator:
     @property
     def labels(self) -> list[str]:
         mol = self.molecule.mol
-        return [mol.atom_symbol(i) for i in range(mol.natm)]
+        return [mol.atom_pure_symbol(i) for i in range(mol.natm)]   # "O", not a label such as "O1"
 
     @property
     def ghosts(self) -> list[int]:
@@ -206,24 +208,25 @@ class PointCalculator:
         return self.molecule.mol.atom_coords(unit="Bohr")
 
 
-def _engine(calc: PointCalculator, opt: Optimization, cache: dict[bytes, OptStep], trajectory: Trajectory,
+def _engine(calc: PointCalculator, opt: Optimization, cache: list[OptStep], trajectory: Trajectory,
             report: Callable[[OptStep, OptStep | None], None] | None):
     """geomeTRIC's engine around ``calc`` over the real atoms (ghosts are held fixed outside geomeTRIC; made
     here: geomeTRIC is an optional extra)."""
     from geometric.engine import Engine
     from geometric.molecule import Molecule
+    from geometric.nifty import bohr2ang
 
     real = calc.real
     molecule = Molecule()
     molecule.elem = [calc.labels[i] for i in real]
-    molecule.xyzs = [calc.start_coords[real] * BOHR]
+    molecule.xyzs = [calc.start_coords[real] * bohr2ang]   # geomeTRIC's own constant: its bohr come back exact
 
     class Mp2trnEngine(Engine):
         def calc_new(self, coords, dirname):
             full = calc.full_coords(coords)
-            key = np.round(full.ravel(), 10).tobytes()
-            if key in cache:        # a resumed step: computed before the kill
-                step = cache[key]
+            cached = [s for s in cache if np.allclose(s.coords, full, rtol=0.0, atol=1e-8)]
+            if cached:              # a resumed step: computed before the kill
+                step = cached[0]
             else:
                 step = calc(full, (opt.steps[-1].step + 1) if opt.steps else 0)
                 previous = opt.steps[-1] if opt.steps else None
@@ -291,14 +294,18 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
     if resume and trajectory is None:
         raise InputError("--resume continues from the --trajectory file of the killed run: give --trajectory")
     opt = Optimization(calc.labels)
-    cache: dict[bytes, OptStep] = {}
+    cache: list[OptStep] = []
     start = calc.start_coords
     if done:
-        if len(done[-1].coords) != len(start):
-            raise InputError(f"{trajectory} holds {len(done[-1].coords)} atoms, the molecule {len(start)}")
+        if traj.labels != [_xyz_label(l) for l in calc.labels]:
+            raise InputError(f"{trajectory} holds the atoms {' '.join(traj.labels)}, not this molecule's "
+                             f"({' '.join(_xyz_label(l) for l in calc.labels)}): resume needs that run's trajectory")
+        if max_steps - (len(done) - 1) < 1:
+            raise InputError(f"the trajectory already holds {len(done) - 1} steps, --max-steps {max_steps}: raise "
+                             "--max-steps to continue")
         opt.steps.extend(done)
         start = done[-1].coords
-        cache[np.round(start.ravel(), 10).tobytes()] = done[-1]
+        cache.append(done[-1])
         calc.molecule.mol = calc.molecule.mol.set_geom_(start, unit="Bohr", inplace=False)
     elif trajectory is not None:
         traj.frames = []
@@ -331,7 +338,9 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
         except Mp2trnError:
             raise
         except Exception as exc:   # geomeTRIC's own errors (a bad constraints file, a failed step)
-            raise InputError(f"geomeTRIC stopped: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            hint = f"; check the constraints file {constraints} (geomeTRIC's syntax)" if constraints else ""
+            raise InputError(f"geomeTRIC stopped ({type(exc).__name__}: {text}){hint}") from None
     opt.converged = True
     opt.message = f"converged ({convergence} criteria) in {len(opt.steps)} gradient evaluations"
     return opt

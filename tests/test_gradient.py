@@ -255,3 +255,11 @@ def test_occupied_factor_products_equal_generic_jk_builds(atom, spin, monkeypatc
     with_generic = grad.kernel()
     assert "J/K builds" in grad.result.what_ran["gradient_jk"]
     assert np.max(np.abs(with_fast - with_generic)) < 1e-9
+
+
+def test_frozen_core_splitting_a_degenerate_set_is_an_error():
+    """Methane's three degenerate 2p-like orbitals: freezing one of them leaves no defined gradient."""
+    mol = mole("C 0 0 0; H .629 .629 .629; H -.629 -.629 .629; H -.629 .629 -.629; H .629 -.629 -.629")
+    with pytest.raises(InputError, match="degenerate"):
+        analytic(mol, frozen=3)
+    assert np.max(np.abs(analytic(mol, frozen=2).gradient)) < 1e-2

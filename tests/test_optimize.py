@@ -133,6 +133,12 @@ def test_step_limit_then_resume_ends_at_the_same_minimum(tmp_path, water_minimum
     assert None not in doc["extras"]["mp2trn"]["scf_cycles"][3:]
     steps = [int(part.split("=")[1]) for part in traj.read_text().split() if part.startswith("step=")]
     assert steps == list(range(len(steps)))
+    energies = doc["energies"]
+    assert len(set(energies)) == len(energies)      # the last finished step is not computed again
+    other = tmp_path / "hf.xyz"
+    other.write_text("3\nnot water\nF 0 0 0\nH 0 0 0.92\nH 0 0 5\n")
+    res = CliRunner().invoke(app, ["optimize", str(other), "--trajectory", str(traj), "--resume"])
+    assert res.exit_code == 2 and "resume needs that run's trajectory" in res.output
     assert np.max(np.abs(read_xyz(out) - water_minimum[0])) < 1e-3
 
 

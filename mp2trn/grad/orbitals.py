@@ -10,6 +10,10 @@ from ..errors import InputError
 from ..orbitals import FrozenSelection, _per_spin, is_uhf
 
 
+#: frozen and active occupied orbitals closer than this (Eh) are one degenerate set
+DEGENERATE = 1e-6
+
+
 @dataclass
 class Channel:
     """All MOs of one spin channel and where each kind sits: ``occ`` every occupied orbital, ``core`` the
@@ -52,5 +56,11 @@ def channels(mf, frozen: FrozenSelection) -> list[Channel]:
                              "(--frozen auto or a number)")
         core = np.array([i for i in occupied if i in frozen_set], dtype=int)
         act = np.array([i for i in occupied if i not in frozen_set], dtype=int)
+        if len(core) and len(act):
+            gap = float(np.min(np.abs(e[core][:, None] - e[act][None, :])))
+            if gap < DEGENERATE:   # the core-active response divides by ε_I − ε_j
+                raise InputError(f"the frozen orbitals split a degenerate set (a frozen and an active orbital {gap:.1e} Eh "
+                                 "apart): the frozen-core energy depends on an arbitrary rotation and has no gradient; "
+                                 "freeze whole shells (--frozen-core auto)")
         out.append(Channel(label, 1.0 if uhf else 2.0, c, e, occupied, core, act, np.flatnonzero(occ == 0)))
     return out
