@@ -263,3 +263,13 @@ def test_frozen_core_splitting_a_degenerate_set_is_an_error():
     with pytest.raises(InputError, match="degenerate"):
         analytic(mol, frozen=3)
     assert np.max(np.abs(analytic(mol, frozen=2).gradient)) < 1e-2
+
+
+def test_sim_device_compensated_gradient_matches_finite_differences():
+    """The NKI kernels in the emulator at fp32x3 (the fp64-class mode; the gradient's pair step in fp32):
+    analytic gradient against central differences of the fp64 energies."""
+    mol = mole(WATER)
+    result = analytic(mol, device="sim", precision="fp32x3", frozen="auto")
+    assert result.what_ran["gradient_pairs"] == "sim (fp32)"
+    fd = finite_difference(mol, frozen="auto")
+    assert np.max(np.abs(result.gradient - fd)) < 1e-6
