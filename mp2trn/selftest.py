@@ -8,6 +8,7 @@ line per check, the kernel launch and compile counts, and a final PASS or FAIL.
     ao_to_mo      batched_gemm     (P|μν) → (P|ia)            ref: einsum over C_occ, C_vir
     metric_solve  trsm             L B = V                    ref: scipy solve_triangular (fp64)
     pair_energies mp2_energy       Σ_ab T²/D, Σ_ab T·Tᵀ/D     ref: einsum on T = B_iᵀ B_j
+    pair_densities mp2_density     Γ̄, P_ij, P_ab of a strip   ref: einsum on τ = B_iᵀ B_k / D (the gradient)
     jk_block      batched_gemm + syrk, coulomb   J, K          ref: einsum over B_P, C
 
 Tolerances scale with the device's precision: the error is measured relative to the largest entry of
@@ -41,6 +42,9 @@ AO_SHAPES = [(5, 7, 1, 6), (17, 130, 3, 127), (33, 24, 5, 19)]
 METRIC_SHAPES = [(7, 3), (130, 20), (257, 9)]
 #: (naux, ni, nj, nva, nvb, same) for pair_energies
 PAIR_SHAPES = [(40, 1, 1, 5, 5, True), (130, 3, 3, 17, 17, True), (70, 2, 4, 9, 9, False)]
+#: (naux, ni, nk, nva, nvb, c_direct, c_exch, vir_k) for pair_densities: RHF, same spin, opposite spin
+DENSITY_SHAPES = [(40, 3, 1, 5, 5, 2.0, 1.0, False), (130, 5, 2, 17, 17, 1 / 3, 1 / 3, False),
+                  (70, 4, 3, 9, 7, 1.3, 0.0, True)]
 #: (p, nao, nocc) for jk_block
 JK_SHAPES = [(12, 9, 1), (40, 129, 5), (130, 30, 7)]
 
@@ -134,6 +138,38 @@ def check_pair_energies(device: Device, rng, eps: float) -> list[Check]:
     return out
 
 
+def check_pair_densities(device: Device, rng, eps: float) -> list[Check]:
+    """The gradient's pair step against the 4-index einsum of its contract (Device.pair_densities)."""
+    if not device.has_pair_densities:
+        return []
+    out = []
+    eps = _EPS.get(device.pair_densities_precision, eps)
+    for naux, ni, nk, nva, nvb, c_d, c_x, vir_k in DENSITY_SHAPES:
+        t0 = time.perf_counter()
+        b_all = rng.standard_normal((naux, ni, nva)) / math.sqrt(naux)
+        b_k = rng.standard_normal((naux, nk, nvb)) / math.sqrt(naux)
+        e_all, e_k = -1 - rng.random(ni), -1 - rng.random(nk)
+        ev_all, ev_k = 0.5 + rng.random(nva), 0.5 + rng.random(nvb)
+        d = e_all[:, None, None, None] + e_k[None, :, None, None] - ev_all[None, None, :, None] - ev_k[None, None, None, :]
+        tau = np.einsum("qia,qkb->ikab", b_all, b_k) / d
+        tt = c_d * tau - (c_x * tau.transpose(0, 1, 3, 2) if c_x else 0.0)
+        refs = [np.einsum("ikab,qia->qkb", tt, b_all), np.einsum("ikab,jkab->ij", tau, tt),
+                np.einsum("ikab,ikcb->ac", tau, tt)] + ([np.einsum("ikab,ikac->bc", tau, tt)] if vir_k else [])
+        got = device.pair_densities(b_all.astype(device.storage_dtype), b_k.astype(device.storage_dtype), e_all, e_k,
+                                    ev_all, ev_k, c_d, c_x, vir_k)
+        parts = [got.gamma_k, got.p_occ, got.p_vir_all] + ([got.p_vir_k] if vir_k else [])
+        name = f"pair_densities naux={naux} ni={ni} nk={nk} nv={nva}/{nvb} c=({c_d:.2g}, {c_x:.2g})"
+        # every output scaled by its own largest entry: a missing term shows in the small ones too
+        scales = [float(np.max(np.abs(r))) or 1.0 for r in refs]
+        if any(np.shape(g) != r.shape for g, r in zip(parts, refs)):
+            out.append(Check(name, False, "output shapes differ from the reference", time.perf_counter() - t0))
+            continue
+        got_n = np.concatenate([np.ravel(np.asarray(g, dtype=np.float64)) / c for g, c in zip(parts, scales)])
+        ref_n = np.concatenate([np.ravel(r) / c for r, c in zip(refs, scales)])
+        out.append(_compare(name, got_n, ref_n, eps, naux * nva * nvb, t0))
+    return out
+
+
 def check_jk_block(device: Device, rng, eps: float) -> list[Check]:
     if not device.has_jk:
         return []
@@ -202,7 +238,7 @@ def selftest(device: str | Device = "cpu", precision: str | None = None, target:
         say(f"selftest on device {dev.name} ({shown})")
         eps = _EPS.get(dev.precision, _EPS["fp32"])
         rng = np.random.default_rng(seed)
-        for group in (check_ao_to_mo, check_metric_solve, check_pair_energies, check_jk_block):
+        for group in (check_ao_to_mo, check_metric_solve, check_pair_energies, check_pair_densities, check_jk_block):
             for check in _guarded(group, dev, rng, eps):
                 checks.append(check)
                 say(check.line())

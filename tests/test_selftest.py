@@ -39,6 +39,18 @@ def test_a_broken_kernel_fails_the_selftest(monkeypatch):
     assert res.exit_code == 1 and res.output.strip().splitlines()[-1].startswith("FAIL:")
 
 
+def test_a_broken_density_kernel_fails_the_selftest(monkeypatch):
+    """A test double for mp2_density that drops the occupied density: the pair_densities checks must fail."""
+    original = NkiDevice.pair_densities
+
+    def broken(self, *args, **kwargs):
+        return original(self, *args, **kwargs)._replace(p_occ=np.zeros((args[0].shape[1],) * 2))
+
+    monkeypatch.setattr(NkiDevice, "pair_densities", broken)
+    passed, checks, _ = selftest("sim", report=None)
+    assert not passed and [c.name for c in checks if not c.passed][0].startswith("pair_densities")
+
+
 def test_a_kernel_that_raises_is_a_failed_line_not_a_traceback(monkeypatch):
     def raises(self, *args, **kwargs):
         raise RuntimeError("kernel exploded")
