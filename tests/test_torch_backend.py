@@ -44,3 +44,18 @@ def test_torch_fp32_close(water_rhf):
 def test_cuda_without_gpu_is_a_clear_error(water_rhf):
     with pytest.raises(DeviceUnavailableError, match="no CUDA GPU"):
         mp2trn.DFMP2(water_rhf, device="cuda").run()
+
+
+@pytest.mark.parametrize("torch_device", TORCH_DEVICES)
+@pytest.mark.parametrize("name", ["water", "hydroxyl"])
+def test_torch_gradient_matches_cpu(torch_device, name):
+    """The gradient's pair step on torch (device 'cuda'; CPU torch in CI): the cpu device's gradient."""
+    import numpy as np
+
+    from .conftest import molecule_path
+
+    dev = TorchDevice(precision="fp64", torch_device=torch_device)
+    cpu = mp2trn.run(molecule_path(name), gradient=True, frozen="auto")
+    ours = mp2trn.run(molecule_path(name), gradient=True, frozen="auto", device=dev)
+    assert np.max(np.abs(ours.gradient - cpu.gradient)) < 1e-9
+    assert ours.what_ran["gradient_pairs"].endswith("(fp64)")

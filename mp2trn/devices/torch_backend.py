@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceUnavailableError
-from .base import Device
+from .base import Device, PairDensities
 
 
 def import_torch():
@@ -120,3 +120,29 @@ class TorchDevice(Device):
             if exchange:
                 xx[i, j0:] = torch.einsum("ajb,bja->j", w, m).to(torch.float64)
         return os_.cpu().numpy(), None if xx is None else xx.cpu().numpy()
+
+    # -- the gradient's pair step: the cpu device's per-k GEMMs, on the torch device ------------------------
+    has_pair_densities = True
+
+    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
+        torch = self.torch
+        naux, ni, nva = b_all.shape
+        nk, nvb = b_k.shape[1], b_k.shape[2]
+        x_all = self._t(b_all).reshape(naux, ni * nva)
+        x_k = self._t(b_k)
+        denom = self._t(e_all)[:, None, None] - self._t(ev_all)[None, :, None] - self._t(ev_k)[None, None, :]
+        e_k_t = self._t(e_k)
+        f64 = dict(dtype=torch.float64, device=self.device)
+        gamma = torch.empty((naux, nk, nvb), **f64)
+        p_occ, p_vir_all = torch.zeros((ni, ni), **f64), torch.zeros((nva, nva), **f64)
+        p_vir_k = torch.zeros((nvb, nvb), **f64) if vir_k else None
+        for k in range(nk):
+            tau = (x_all.T @ x_k[:, k, :]).reshape(ni, nva, nvb) / (denom + e_k_t[k])
+            tt = c_direct * tau - c_exch * tau.transpose(1, 2) if c_exch else c_direct * tau
+            gamma[:, k, :] = (x_all @ tt.reshape(ni * nva, nvb)).to(torch.float64)
+            p_occ += (tau.reshape(ni, -1) @ tt.reshape(ni, -1).T).to(torch.float64)
+            p_vir_all += torch.einsum("iab,icb->ac", tau, tt).to(torch.float64)
+            if vir_k:
+                p_vir_k += (tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)).to(torch.float64)
+        return PairDensities(gamma.cpu().numpy(), p_occ.cpu().numpy(), p_vir_all.cpu().numpy(),
+                             None if p_vir_k is None else p_vir_k.cpu().numpy())
