@@ -35,8 +35,9 @@ from ..transform import BStore, build_b
 from . import densities, ri
 from .jk_terms import two_electron_gradient
 from .orbitals import Channel, channels
+from .properties import spin_summed
 from .cpks import ResponseJK
-from .response import Products, Response, relax
+from .response import Products, Response, relax, unrelaxed
 
 
 @dataclass
@@ -148,10 +149,10 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips,
                 **({"gradient_note": f"{dropped} basis combinations dropped by canonical orthogonalisation (--lindep): "
-                                     "the gradient leaves out the derivative of that projection (an approximation, "
-                                     "~1e-6 Eh/bohr measured on water with aug-cc-pVDZ and a ghost)"} if dropped else {}), "gradient_out_of_core": not plan.incore}
+                                     "the gradient leaves out the derivative of that projection (an approximation; "
+                                     "check it against finite differences where it matters)"} if dropped else {}), "gradient_out_of_core": not plan.incore}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
-                          _ao(chans, _amplitude_blocks(chans, dens), dm_hf), resp.iterations, timings, what_ran)
+                          _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir), dm_hf), resp.iterations, timings, what_ran)
 
 
 class Gradients:
@@ -173,16 +174,6 @@ class Gradients:
         return self.de
 
     grad = kernel
-
-
-def _amplitude_blocks(chans: list[Channel], dens) -> list[np.ndarray]:
-    out = []
-    for ch, po, pv in zip(chans, dens.p_occ, dens.p_vir):
-        p = np.zeros((ch.nmo, ch.nmo))
-        p[np.ix_(ch.act, ch.act)] = po
-        p[np.ix_(ch.vir, ch.vir)] = pv
-        out.append(p)
-    return out
 
 
 def _ao(chans: list[Channel], mats: list[np.ndarray], dm_hf: np.ndarray) -> np.ndarray:
@@ -224,11 +215,8 @@ def _derivative_terms(mf, chans: list[Channel], p_mo: list[np.ndarray], w_mo: li
     hcore_deriv = mf_grad.hcore_generator(mol)
     s1 = mf_grad.get_ovlp(mol)
     p_spin = [ch.c @ p @ ch.c.T for ch, p in zip(chans, p_mo)]     # per channel, one spin each
-    dm = np.asarray(mf.make_rdm1())
-    dm = dm.sum(axis=0) if dm.ndim == 3 else dm
-    dm = dm + sum(ch.weight * p for ch, p in zip(chans, p_spin))
-    w_scf = np.asarray(mf_grad.make_rdm1e(mf.mo_energy, mf.mo_coeff, mf.mo_occ))
-    w_ao = (w_scf.sum(axis=0) if w_scf.ndim == 3 else w_scf) + sum(ch.weight * ch.c @ w @ ch.c.T
+    dm = spin_summed(mf.make_rdm1()) + sum(ch.weight * p for ch, p in zip(chans, p_spin))
+    w_ao = spin_summed(mf_grad.make_rdm1e(mf.mo_energy, mf.mo_coeff, mf.mo_occ)) + sum(ch.weight * ch.c @ w @ ch.c.T
                                                                     for ch, w in zip(chans, w_mo))
     de_1e = np.zeros((mol.natm, 3))
     for atom, (_, _, p0, p1) in enumerate(mol.aoslice_by_atom()):
