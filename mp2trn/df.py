@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -223,6 +224,58 @@ def cholesky_tensor(mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float = 256.0,
         for b in out:
             lib.hermi_triu(b, inplace=True)
     return out
+
+
+class TensorFile:
+    """The packed SCF tensor (naux, nao(nao+1)/2), fp64, row-major in an unnamed file of the run's scratch
+    directory, for J/K builds that stream it: rows [p0, p1) are one contiguous stretch, read with one
+    ``preadv`` into a fresh array (the read releases the GIL, so a reader thread overlaps it with a build).
+    Written once by :meth:`build` — column chunks of :func:`_solved_rows`, each aux row's stretch written
+    at its offset — and closed (the file vanishes) by :meth:`close`."""
+
+    def __init__(self, handle, naux: int, npair: int):
+        self._handle, self.naux, self.npair = handle, naux, npair
+
+    @classmethod
+    def build(cls, mol: gto.Mole, auxmol: gto.Mole, chunk_mb: float) -> "TensorFile | None":
+        """Write the tensor; None when the metric is not positive definite (PySCF's build handles that)."""
+        import tempfile
+
+        low = _metric_factor(auxmol)
+        if low is None:
+            return None
+        nao, naux = mol.nao_nr(), auxmol.nao_nr()
+        npair = nao * (nao + 1) // 2
+        handle = tempfile.TemporaryFile(prefix="mp2trn-scf-tensor-")
+        fd = handle.fileno()
+        os.ftruncate(fd, naux * npair * 8)
+        for m0, _m1, x in _solved_rows(mol, auxmol, low, (0, mol.nbas), chunk_mb):
+            col = m0 * (m0 + 1) // 2
+            for row in range(naux):
+                _write_all(fd, x[row], (row * npair + col) * 8)
+        return cls(handle, naux, npair)
+
+    def rows(self, p0: int, p1: int) -> np.ndarray:
+        """Rows [p0, p1) as a new (p1 - p0, npair) fp64 array."""
+        out = np.empty((p1 - p0, self.npair))
+        view, offset = memoryview(out).cast("B"), p0 * self.npair * 8
+        done = 0
+        while done < len(view):
+            n = os.preadv(self._handle.fileno(), [view[done:]], offset + done)
+            if n <= 0:
+                raise OSError(f"short read of the SCF tensor file at byte {offset + done}")
+            done += n
+        return out
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _write_all(fd: int, row: np.ndarray, offset: int) -> None:
+    view = memoryview(np.ascontiguousarray(row)).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
 
 
 def cholesky_tensor_share(mol: gto.Mole, auxmol: gto.Mole, comm: Comm, chunk_mb: float = 256.0,

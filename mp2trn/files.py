@@ -81,3 +81,18 @@ def check_output_dir(out: Path) -> None:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise InputError(f"--out {out}: cannot create it ({parent} is not a writable directory)")
+
+
+def replace_marked_block(path: str | os.PathLike, begin: str, end: str, block: str) -> None:
+    """Put ``block`` (which starts with ``begin`` and ends with ``end``) in place of the text between those
+    markers in the file at ``path``, or append it when the markers are not there yet (scripts that write
+    their tables into the docs); the file is written atomically."""
+    import re
+
+    target = Path(path)
+    text = target.read_text()
+    if begin in text:
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _m: block, text, flags=re.S)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    write_text_atomic(target, text)

@@ -8,7 +8,7 @@ replaces the density-fitting object's ``get_jk`` so that every J/K build runs on
     J_μν = Σ_P ρ_P B_P,μν,  ρ_P = Σ_μν B_P,μν D_μν     or the eigen-factors of a bare density matrix
 
 The tensor goes to the device once per SCF (blocked over the auxiliary index, kept there when it fits
-the memory budget, else streamed from PySCF's tensor at every build). Mixed precision
+the memory budget, else streamed at every build from mp2trn's own tensor file or PySCF's). Mixed precision
 (:class:`PrecisionSchedule`): builds start in the reduced precision and switch to fp64 when the orbital
 gradient falls below a threshold or stops falling; the SCF is never declared converged before the switch,
 so the converged energy is that of fp64 builds. Every build's precision and time are recorded.
@@ -28,7 +28,7 @@ import numpy as np
 from pyscf import df, lib
 
 from .devices import Device, get_device
-from .df import cholesky_tensor, cholesky_tensor_share
+from .df import TensorFile, cholesky_tensor, cholesky_tensor_share
 from .errors import InputError
 from .memory import budget_mb, prefetched
 from .parallel import Comm, balanced_counts, offsets
@@ -106,7 +106,9 @@ class DeviceJK(df.DF):
         self._blocks: list | None = None
         self._blocks_dtype = None
         self._full: np.ndarray | None = None
+        self._file = None   # the streamed tensor's file (TensorFile), False when it could not be built
         self.tensor_source = "PySCF's tensor, streamed"
+        self.tensor_seconds = 0.0   # building the resident tensor (integrals and Cholesky), in the first build
         self.builds: list[dict[str, Any]] = []
         self.cycles: list[str] = []
         self._converged = False
@@ -156,14 +158,33 @@ class DeviceJK(df.DF):
         self.streamed = not resident
         self.layout = "packed" if packed else "unpacked"
         if not resident:   # the next block is read (and unpacked) by a thread while this one is used
-            mine = (b for k, b in enumerate(self.loop(blksize)) if k % self.comm.size == self.comm.rank)
+            mine = self._streamed_rows(naux, blksize)
             return prefetched(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype) for b in mine)
         if self._full is None:
+            t0 = time.perf_counter()
             self._full = self._resident_tensor(nao, packed)
+            self.tensor_seconds += time.perf_counter() - t0
         self._blocks = [device.jk_tensor(self._full[p0 : p0 + blksize], dtype)
                         for p0 in range(0, self._full.shape[0], blksize)]
         self._blocks_dtype = (dtype, device.name)
         return self._blocks
+
+    def _streamed_rows(self, naux: int, blksize: int):
+        """Packed row blocks of this rank's tensor for a streamed build: from mp2trn's own tensor file
+        (:class:`~mp2trn.df.TensorFile`, written once per SCF, one contiguous read per block) when PySCF
+        has not built its tensor and the run is one rank, else through PySCF's ``loop``."""
+        if self._cderi is None and self.comm.size == 1 and self._file is not False:
+            if self._file is None:
+                t0 = time.perf_counter()
+                self._file = TensorFile.build(self.mol, self.auxmol, chunk_mb=max(1.0, min(256.0, 0.1 * self.budget)))
+                self.tensor_seconds += time.perf_counter() - t0
+                if self._file is None:
+                    self._file = False   # not positive definite: PySCF's build handles that
+            if self._file:
+                self.tensor_source = "built by mp2trn into its scratch file"
+                return (self._file.rows(p0, min(naux, p0 + blksize)) for p0 in range(0, naux, blksize))
+        self.tensor_source = "PySCF's tensor"
+        return (b for k, b in enumerate(self.loop(blksize)) if k % self.comm.size == self.comm.rank)
 
     def _resident_tensor(self, nao: int, packed: bool) -> np.ndarray:
         """This rank's rows of the tensor, fp64, packed (naux_r, nao(nao+1)/2) or unpacked (naux_r, nao,
@@ -199,6 +220,9 @@ class DeviceJK(df.DF):
     def release(self) -> None:
         """Free the device copy of the tensor (after the SCF) and the device when it is ours."""
         self._blocks = self._full = None
+        if self._file:
+            self._file.close()
+        self._file = None
         self.device.release_jk()
         if self.owns_device:
             self.device.close()
@@ -262,7 +286,8 @@ class DeviceJK(df.DF):
             "build_precisions": [b["precision"] for b in builds],
             "jk_seconds": sum(b["seconds"] for b in builds),
             "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
-            "tensor": (f"streamed from PySCF's tensor at every build ({self.layout})" if self.streamed else
+            "tensor_seconds": self.tensor_seconds,
+            "tensor": (f"streamed at every build ({self.layout}, {self.tensor_source})" if self.streamed else
                        f"resident on the device ({self.layout}, {self.tensor_source})"),
             **({"ranks": self.comm.size} if self.comm.size > 1 else {}),
         }

@@ -16,7 +16,6 @@ does for the energy). RHF: one strip case with t̃ = 2τ − τᵀ.
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 from mp2trn.devices.nki_device import SimDevice
 from mp2trn.grad.dfmp2 import _strip_block
 from mp2trn.orbitals import SpinOrbitals
+from mp2trn.files import replace_marked_block
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks_trainium.md"
@@ -86,12 +86,7 @@ def main() -> None:
     print(block)
     if args.print_only:
         return
-    text = DOC.read_text()
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _m: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(text)
+    replace_marked_block(DOC, BEGIN, END, block)
     print(f"updated {DOC}")
 
 

@@ -46,6 +46,8 @@ SHAPES = {
                  nao=472, naux=1212, nocc=46, nvir=426, max_aux_shell=9),
 }
 TRNBLAS_MEASURED_S = 4.8        # whole MP2, trn1.2xlarge, warm (trnsci/trnblas, its published benchmark: trn1.2xlarge, nbasis 512 / nocc 64 / naux 1536)
+#: docs/benchmarks_trainium.md from this line on is written by other scripts and kept as it is
+OTHER_SECTIONS = "<!-- sections below: written by scripts/bench_trainium_gradient.py and bench_trainium_whole_run.py -->"
 HOST_BUDGET_MB = 16000          # host memory budget used for the block plan (a trn1.2xlarge has 32 GiB)
 
 
@@ -438,11 +440,10 @@ def main(argv=None):
           "metric, writes two fp32 planes; the pair step writes nvir partial sums per pair. Its accuracy is in",
           "docs/precision.md.", ""]
     out = Path(args.out)
-    keep = ""   # the gradient kernel's block (scripts/bench_trainium_gradient.py) survives a rewrite
-    if out.exists() and "<!-- BEGIN bench_trainium_gradient -->" in out.read_text():
+    keep = ""   # the sections other scripts write (the gradient's sweep, the whole run) survive a rewrite
+    if out.exists() and OTHER_SECTIONS in out.read_text():
         text = out.read_text()
-        keep = "\n" + text[text.index("<!-- BEGIN bench_trainium_gradient -->"):
-                           text.index("<!-- END bench_trainium_gradient -->") + len("<!-- END bench_trainium_gradient -->")] + "\n"
+        keep = "\n" + text[text.index(OTHER_SECTIONS):]
     out.write_text("\n".join(L) + "\n" + keep)
     print(f"wrote {out}")
     if out.resolve() == (ROOT / "docs" / "benchmarks_trainium.md").resolve():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pyscf import scf
+from pyscf import df, scf
 
 import mp2trn
 import mp2trn.devices.cpu
@@ -184,7 +184,26 @@ def test_streamed_equals_resident(references):
     streamed = density_fit_jk(_fresh(ref), max_memory=0.2)
     (vj1, vk1), (vj0, vk0) = streamed.get_jk(ref.mol, dm), resident.get_jk(ref.mol, dm)
     assert streamed.with_df.streamed and not resident.with_df.streamed
+    assert "built by mp2trn into its scratch file" in streamed.with_df.jk_record()["tensor"]
     assert np.abs(vj1 - vj0).max() < 1e-12 and np.abs(vk1 - vk0).max() < 1e-12
+    streamed.with_df.release()
+
+
+@pytest.mark.parametrize("chunk_mb", [256.0, 0.01], ids=["one-chunk", "row-by-row"])
+def test_tensor_file_rows_equal_the_packed_tensor(chunk_mb):
+    """mp2trn's streamed tensor file: any row range reads back the packed tensor's rows exactly."""
+    from mp2trn.df import TensorFile, cholesky_tensor
+
+    mol = build_mole(GHOST_WATER, basis="cc-pvdz")
+    auxmol = df.addons.make_auxmol(mol, "cc-pvdz-jkfit")
+    full = cholesky_tensor(mol, auxmol, packed=True)
+    tf = TensorFile.build(mol, auxmol, chunk_mb)
+    try:
+        assert (tf.naux, tf.npair) == full.shape
+        for p0, p1 in ((0, full.shape[0]), (3, 17), (full.shape[0] - 1, full.shape[0])):
+            assert np.array_equal(tf.rows(p0, p1), full[p0:p1])
+    finally:
+        tf.close()
 
 
 def test_packed_tensor_equals_pyscfs():

@@ -127,3 +127,26 @@ def test_broadcast_fallback_switch_on_the_device():
     default = mp2trn.run(molecule_path("water"), device="sim")
     fallback = mp2trn.run(molecule_path("water"), device="sim", device_options={"blocks": {"broadcast_dma": 0}})
     assert fallback.e_corr == default.e_corr
+
+
+def test_transfers_and_cost_since_a_checkpoint():
+    """Host<->device bytes per stage as launched (every input array per launch) and with an array passed
+    again counted once; a checkpoint prices only the launches after it."""
+    dev = get_device("sim", "fp32")
+    rng = np.random.default_rng(0)
+    l_chol = np.linalg.cholesky(np.eye(40) * 2 + 0.1)
+    v = rng.standard_normal((40, 30)).astype(np.float32)
+    dev.metric_solve(l_chol, v)
+    mark = dev.cost_checkpoint()
+    dev.metric_solve(l_chol, v)
+    dev.metric_solve(l_chol, v)
+    whole, later = dev.transfer_record(), dev.transfer_record(since=mark)
+    assert whole["metric"]["to_device"] == 3 * later["metric"]["to_device"] // 2 > 0
+    assert later["metric"]["to_host"] > 0
+    # the same v (and the device's cached inverse factor) go again: counted once when kept
+    assert whole["metric"]["to_device_reusing"] < whole["metric"]["to_device"]
+    one, two = dev.cost_report(), dev.cost_report(since=mark)
+    assert one["launches_by_stage"]["metric"] == 3 * two["launches_by_stage"]["metric"] // 2
+    assert two["host_device_bytes"] == later
+    assert two["total"]["trn1"]["modeled_time_s"] == pytest.approx(2 / 3 * one["total"]["trn1"]["modeled_time_s"])
+    assert get_device("cpu", "fp64").transfer_record() is None

@@ -181,8 +181,19 @@ class Device(ABC):
     def release_jk(self) -> None:
         """Free whatever the J/K builds kept between builds (work buffers), after the SCF."""
 
-    def cost_report(self) -> dict[str, Any] | None:
-        """Modeled accelerator cost of everything run so far (NKI devices); None for cpu/cuda."""
+    def cost_report(self, since: Any = None) -> dict[str, Any] | None:
+        """Modeled accelerator cost of everything run so far, or since a :meth:`cost_checkpoint` (NKI
+        devices); None for cpu/cuda."""
+        return None
+
+    def cost_checkpoint(self) -> Any:
+        """A mark to pass to :meth:`cost_report` as ``since`` (None where there is no cost report)."""
+        return None
+
+    def transfer_record(self, since: Any = None) -> dict[str, dict[str, int]] | None:
+        """Host<->device bytes per stage of the kernel launches so far (or since a checkpoint): ``to_device`` as launched (every
+        array input copied per launch), ``to_host`` (outputs), ``to_device_reusing`` (an array object passed
+        again counted once: what a device keeping its inputs resident would move); None for cpu/cuda."""
         return None
 
     def collective_launcher(self) -> Any | None:

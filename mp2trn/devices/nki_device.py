@@ -205,8 +205,14 @@ class NkiDevice(Device):
     def occ_block_limit(self, naux: int, nvir: int) -> int | None:
         return self.plan.occ_block(naux, nvir)
 
-    def cost_report(self) -> dict[str, Any] | None:
-        return self.launcher.cost_report(self.precision)
+    def cost_report(self, since: Any = None) -> dict[str, Any] | None:
+        return self.launcher.cost_report(self.precision, since)
+
+    def cost_checkpoint(self) -> Any:
+        return self.launcher.checkpoint()
+
+    def transfer_record(self, since: Any = None) -> dict[str, dict[str, int]] | None:
+        return self.launcher.transfer_record(since)
 
     def collective_launcher(self) -> Launcher:
         return self.launcher

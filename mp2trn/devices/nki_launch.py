@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -107,6 +108,11 @@ class Launcher:
         #: distinct compile signatures per stage: an ``@nki.jit`` kernel is compiled once per kernel, input
         #: shapes and dtypes, and value of every other argument (a new NEFF on Trainium)
         self.signatures: dict[str, set] = defaultdict(set)
+        #: host<->device bytes of each launch per stage: (to the device as launched, to the host, to the
+        #: device counting an array passed again — the same object: the SCF tensor's blocks — only once)
+        self.transfers: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        self._on_device: dict[tuple, weakref.ref] = {}
+        self.walls: dict[str, list[float]] = defaultdict(list)   # wall seconds of each launch per stage
 
     def launch(self, stage: str, kernel, args: tuple, kwargs: dict | None = None):
         kwargs = kwargs or {}
@@ -123,16 +129,61 @@ class Launcher:
             raise wrapped from exc
         self.launches[stage] += 1
         self.kernels[stage].add(name)
+        self._count_transfers(stage, list(args) + list(kwargs.values()), out)
         signature = compile_signature(name, args, kwargs)
         if signature not in self.signatures[stage]:
             self.signatures[stage].add(signature)
             if self.cache is not None:
                 self.cache.check(stage, signature, self.target)
-        self.wall_s[stage] += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.wall_s[stage] += dt
+        self.walls[stage].append(dt)
         return out
 
     def _run(self, stage, kernel, args, kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _count_transfers(self, stage: str, inputs: list, out) -> None:
+        """Add a launch's host->device bytes (its array inputs) and device->host bytes (its outputs)."""
+        to_device = to_host = first_use = 0
+        for a in inputs:
+            if isinstance(a, np.ndarray):
+                to_device += a.nbytes
+                root = a
+                while isinstance(root.base, np.ndarray):   # a view (a reshape) of a kept array is that array
+                    root = root.base
+                key = (id(root), a.__array_interface__["data"][0], a.nbytes)
+                ref = self._on_device.get(key)
+                if ref is None or ref() is not root:
+                    first_use += a.nbytes
+                    self._on_device[key] = weakref.ref(root, lambda _r, k=key: self._on_device.pop(k, None))
+        for o in out if isinstance(out, tuple) else (out,):
+            if isinstance(o, np.ndarray):
+                to_host += o.nbytes
+        self.transfers[stage].append((to_device, to_host, first_use))
+
+    def launch_wall_s(self, since: dict | None = None) -> dict[str, float]:
+        """Wall seconds spent inside :meth:`launch` per stage (emulation, checks, copies), of all launches or
+        those after ``since``: on the sim device, time that is not host work on a Trainium instance."""
+        start = (since or {}).get("walls", {})
+        return {s: float(sum(v[start.get(s, 0):])) for s, v in self.walls.items()}
+
+    def checkpoint(self) -> dict[str, dict[str, int]]:
+        """Where each stage's records stand now: pass to :meth:`cost_report` or :meth:`transfer_record` as
+        ``since`` to count only what follows."""
+        return {"transfers": {s: len(v) for s, v in self.transfers.items()},
+                "walls": {s: len(v) for s, v in self.walls.items()}}
+
+    def transfer_record(self, since: dict | None = None) -> dict[str, dict[str, int]]:
+        """Host<->device bytes per stage (see :attr:`transfers`), of all launches or those after ``since``."""
+        start = (since or {}).get("transfers", {})
+        out = {}
+        for stage, moves in self.transfers.items():
+            part = moves[start.get(stage, 0):]
+            if part:
+                out[stage] = {key: int(sum(m[i] for m in part))
+                              for i, key in enumerate(("to_device", "to_host", "to_device_reusing"))}
+        return out
 
     def _wrap(self, exc: Exception, name: str, stage: str) -> Exception | None:
         return None
@@ -146,7 +197,7 @@ class Launcher:
         """Distinct compile signatures over the run (a signature used by two stages compiles once)."""
         return len(set().union(*self.signatures.values())) if self.signatures else 0
 
-    def cost_report(self, precision: str) -> dict[str, Any] | None:
+    def cost_report(self, precision: str, since: dict | None = None) -> dict[str, Any] | None:
         return None
 
     def compile_record(self) -> dict[str, Any]:
@@ -181,8 +232,14 @@ class EmulatorLauncher(Launcher):
             return KernelConstraintError(f"NKI kernel {name} ({stage} stage, target {self.target}) broke a rule: {exc}")
         return None
 
-    def cost_report(self, precision: str) -> dict[str, Any] | None:
-        if not any(self.traces.values()):
+    def checkpoint(self) -> dict[str, dict[str, int]]:
+        return {**super().checkpoint(), "traces": {s: len(v) for s, v in self.traces.items()}}
+
+    def cost_report(self, precision: str, since: dict | None = None) -> dict[str, Any] | None:
+        """The MODELED cost of the launches so far, or of those after ``since`` (a :meth:`checkpoint`)."""
+        start = (since or {}).get("traces", {})
+        traces_now = {s: tr[start.get(s, 0):] for s, tr in self.traces.items()}
+        if not any(traces_now.values()):
             return None
         from mp2trn.nkiemu.cost import CostReport
 
@@ -190,12 +247,13 @@ class EmulatorLauncher(Launcher):
         totals = {t: defaultdict(float) for t in TARGETS}
         peak_tensor = {}
         for stage in STAGES:
-            traces = self.traces.get(stage)
+            traces = traces_now.get(stage)
             if not traces:
                 continue
             entry = {"kernels": sorted(self.kernels[stage]), "launches": len(traces),
                      "compiles": len(self.signatures[stage]),
-                     "emulation_wall_s": sum(tr.wall_s for tr in traces)}
+                     "emulation_wall_s": sum(tr.wall_s for tr in traces),
+                     "launch_wall_s": self.launch_wall_s(since).get(stage, 0.0)}
             for t in TARGETS:
                 rep = CostReport(traces, t)
                 s = _summary(rep)
@@ -230,12 +288,14 @@ class EmulatorLauncher(Launcher):
             "nki": "emulator",
             "target": self.target,
             "precision": precision,
-            "launches": self.total_launches,
+            "launches": sum(e["launches"] for e in stages.values()),
             "launches_by_stage": {s: e["launches"] for s, e in stages.items()},
             **self.compile_record(),
             "stages": stages,
             "total": total,
+            "host_device_bytes": self.transfer_record(since),
             "emulation_wall_s": sum(e["emulation_wall_s"] for e in stages.values()),
+            "launch_wall_s": sum(e["launch_wall_s"] for e in stages.values()),
         }
 
 
@@ -339,7 +399,7 @@ class NeuronLauncher(Launcher):
         return KernelConstraintError(f"NKI kernel {name} ({stage} stage) failed on the NeuronCore: "
                                      f"{type(exc).__name__}: {exc}")
 
-    def cost_report(self, precision: str) -> dict[str, Any] | None:
+    def cost_report(self, precision: str, since: dict | None = None) -> dict[str, Any] | None:
         return {
             "kind": "measured",
             "note": "wall time per stage on the NeuronCore including host<->device copies (torch-xla)",
@@ -352,6 +412,7 @@ class NeuronLauncher(Launcher):
             "stages": {s: {"kernels": sorted(self.kernels[s]), "launches": n, "compiles": len(self.signatures[s]),
                            "wall_s": self.wall_s[s]}
                        for s, n in self.launches.items()},
+            "host_device_bytes": self.transfer_record(since),
         }
 
 

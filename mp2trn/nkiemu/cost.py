@@ -27,7 +27,20 @@ class CostParams:
 
     min_ii: int = 64                 # MIN_II: minimum instruction initiation interval (engine cycles)
     gpsimd_start: int = 150          # GpSimd fixed start cost for iota/affine_select (cycles)
-    dma_fixed_s: float = 2.0e-6      # fixed cost per dma_copy (descriptor + semaphore latency), seconds
+    #: queue time per dma_copy beyond its bytes: the docs publish none — a 32 KiB transfer on one queue
+    #: lasts 1416 ns = its bytes at 23 B/ns (nki/get-started/about/nki-dma-overview.rst, trn2)
+    dma_fixed_s: float = 0.0
+    #: delay before a dma_copy's data moves: "~1300 ns" semaphore-to-start latency
+    #: (nki/deep-dives/nki-dma-bandwidth-guide.rst) plus "about 600 ns" per DGE-based DMA instruction
+    #: (nki/guides/architecture/trainium2_arch.rst); overlapped across outstanding transfers, so it enters
+    #: the dependency schedule, not the queues' busy time
+    dma_latency_s: float = 1.9e-6
+    #: an instruction on the Vector/Scalar/GpSimd engine that reads the previous instruction's output on the
+    #: same engine pays "a static instruction overhead of 100 engine cycles" plus the ~60-cycle "tensor
+    #: access overhead" (nki/guides/architecture/trainium_inferentia2_arch.rst, VectorE cost model and
+    #: "Tensor access overhead"): it cannot overlap its start with the previous instruction
+    dependent_static_cycles: int = 100
+    access_overhead_cycles: int = 60
     dma_partitions_per_queue: int = 8  # one DMA queue (engine) serves 8 partitions of a transfer
     launch_overhead_s: float = 15e-6  # fixed cost per kernel launch, seconds
     #: fixed cost per collective: "the latency term is of 10^0 to 10^1 us magnitude", per-hop 1-2 us
@@ -119,6 +132,10 @@ class LaunchTrace:
         self.wall_s = wall_s
 
 
+#: engines whose dependent back-to-back instructions pay the static and tensor-access overheads
+_CHAINED_ENGINES = ("vector", "scalar", "gpsimd")
+
+
 def _ekey(engine, core):
     return engine if core == 0 else f"{engine}.{core}"
 
@@ -131,6 +148,8 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
     ready = {}
     free = defaultdict(float)
     qfree = {}
+    last_writes: dict = {}
+    chained = prm.dependent_static_cycles + prm.access_overhead_cycles
     tl = [] if timeline else None
     end_all = 0.0
     for engine, name, params, reads, writes, core in tr.records:
@@ -139,6 +158,11 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
         if d is None:
             d = cache[key] = instruction_seconds(engine, params, target, prm)
         ek = _ekey(engine, core)
+        if engine in _CHAINED_ENGINES:
+            prev = last_writes.get(ek)
+            if prev and any(u in prev for u in reads):
+                d += chained / target.clock_hz[engine]
+            last_writes[ek] = writes
         dep = 0.0
         for u in reads:
             r = ready.get(u)
@@ -155,7 +179,7 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
             if qs is None:
                 qs = qfree[core] = [0.0] * nq
             qs.sort()
-            t0 = max(dep, qs[q - 1])
+            t0 = max(dep + prm.dma_latency_s, qs[q - 1])
             t1 = t0 + d
             for i in range(q):
                 qs[i] = t1
@@ -176,7 +200,7 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
         end_all += d
     spill_bytes = tr.spill_save_bytes + tr.spill_reload_bytes
     if spill_bytes:  # spills and refills: DMA over all queues, stalling the engines that wait for the data
-        d = tr.spill_events * prm.dma_fixed_s + spill_bytes / (nq * target.dma_queue_bw)
+        d = tr.spill_events * (prm.dma_fixed_s + prm.dma_latency_s) + spill_bytes / (nq * target.dma_queue_bw)
         busy["dma"] += d
         end_all += d
         if tl is not None:
@@ -246,8 +270,10 @@ class CostReport:
 
     @property
     def pessimistic_time_s(self) -> float:
-        """No overlap at all: sum of all engines' busy time + launch overheads."""
-        return sum(sum(b.values()) for b, _ in self._price()) + self.launch_overhead_s
+        """No overlap at all: sum of all engines' busy time, every DMA's latency and the launch overheads."""
+        n_dma = sum(1 for tr in self.launches for rec in tr.records if rec[0] == "dma")
+        return (sum(sum(b.values()) for b, _ in self._price()) + n_dma * self.params.dma_latency_s
+                + self.launch_overhead_s)
 
     @property
     def scheduled_time_s(self) -> float:

@@ -529,19 +529,29 @@ def where(condition, x, y, dtype=None):
 
 
 def broadcast_to(x, shape, dtype=None):
-    """Broadcast size-1 dims (free dims: VectorE copy; partition dim: a TensorE ones-matmul)."""
+    """Broadcast size-1 dims. Free dims: a VectorE copy. The partition dim: "NKI invokes such matmul under
+    the hood" (nki/guides/architecture/trainium_inferentia2_arch.rst, partition broadcast) — a TensorE
+    ones-matmul per 512 columns into PSUM; a result that fits one PSUM bank stays there (a VectorE
+    operand read from PSUM), a wider one is copied to SBUF by the VectorE."""
     shape = tuple(shape)
     if len(shape) != len(x.shape):
         raise NkiRuleError("nl.broadcast_to.rank", "nl.broadcast_to", "same rank required",
                            {"x": x.shape, "shape": shape})
     d = _dt.normalize(dtype) if dtype is not None else x.dtype
-    out = _out(shape, d, "nl.broadcast_to")
     vals = np.broadcast_to(x._data.astype(np.float32), shape)
+    F = _mprod(shape[1:])
+    if shape[0] != x.shape[0] and F * 4 <= 2048 and d == float32:   # fp32 in one PSUM bank (2 KiB/partition)
+        out = _out(shape, float32, "nl.broadcast_to", buffer=psum)
+        nisa._write(out, vals)
+        _rt.current().record("tensor", "nc_matmul", ("mm", 1, shape[0], F, False, True), (x._alloc.uid,),
+                             (out._alloc.uid,))
+        return out
+    out = _out(shape, d, "nl.broadcast_to")
     if shape[0] != x.shape[0]:
         L = _rt.current()
-        F = _mprod(shape[1:])
-        L.record("tensor", "nc_matmul", ("mm", 1, shape[0], builtins.min(F, 512), False, True),
-                 (x._alloc.uid,), (out._alloc.uid,))
+        for f0 in range(0, F, 512):
+            L.record("tensor", "nc_matmul", ("mm", 1, shape[0], builtins.min(F - f0, 512), False, True),
+                     (x._alloc.uid,), (out._alloc.uid,))
     nisa._vector_unary(out, x, None, "nl.broadcast_to", values=vals)
     return out
 

@@ -80,14 +80,14 @@ def test_vector_bf16_perf_mode_only_on_trn2():
 
 
 def test_dma_formula():
-    # fixed overhead + bytes / (queues * per-queue bandwidth); 128 partitions -> 16 queues, 8 -> 1
+    # queue time = bytes / (queues * per-queue bandwidth) (+ dma_fixed_s, 0 by default); 128 partitions ->
+    # 16 queues, 8 -> 1; the latency (dma_latency_s) is not queue time
     nbytes = 128 * 2048
-    assert instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf"), T2, P) == \
-        pytest.approx(2e-6 + nbytes / (16 * 23e9))
-    assert instruction_seconds("dma", ("dma", 8 * 2048, 8, "hbm", "sbuf"), T1, P) == \
-        pytest.approx(2e-6 + 8 * 2048 / 17e9)
-    p0 = P.replace(dma_fixed_s=0.0)
-    assert instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf"), T2, p0) == pytest.approx(nbytes / 368e9)
+    assert instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf"), T2, P) == pytest.approx(nbytes / (16 * 23e9))
+    assert instruction_seconds("dma", ("dma", 8 * 2048, 8, "hbm", "sbuf"), T1, P) == pytest.approx(8 * 2048 / 17e9)
+    p1 = P.replace(dma_fixed_s=1e-6)
+    assert instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf"), T2, p1) == \
+        pytest.approx(1e-6 + nbytes / 368e9)
 
 
 @pytest.mark.usefixtures("on_trn2")
@@ -109,7 +109,8 @@ def test_report_contents_and_json():
     assert d["peak_psum_bytes_per_partition"] == 2048  # by last use: the old tile is dead when the new comes
     busy = d["engine_busy_s"]
     assert d["modeled_time_s"] == pytest.approx(max(busy.values()) + 15e-6)
-    assert d["pessimistic_time_s"] == pytest.approx(sum(busy.values()) + 15e-6)
+    n_dma = sum(d["instruction_counts"]["dma"].values())     # every DMA's latency, in full, when nothing overlaps
+    assert d["pessimistic_time_s"] == pytest.approx(sum(busy.values()) + n_dma * 1.9e-6 + 15e-6)
     assert d["modeled_time_s"] <= d["scheduled_time_s"] <= d["pessimistic_time_s"] + 1e-12
     assert d["tensor_peak_pct"]["bf16"] == pytest.approx(
         100 * d["flops"] / d["modeled_time_s"] / 79e12)
@@ -173,8 +174,9 @@ def _run(variant, S, dtype, **kw):
 def test_blocked_faster_than_tiled():
     tiled = _run("tiled", 1024, np.float32)
     blocked = _run("blocked", 1024, np.float32, TILES_M=8, TILES_N=2, TILES_K=8)
-    assert blocked.modeled_time_s < tiled.modeled_time_s / 3
-    assert blocked.scheduled_time_s < tiled.scheduled_time_s
+    # AWS's fp32 figures (kernel-optimization tutorial, trn2): tiled 39.89 ms, blocked 28.30 ms (1.41x)
+    assert blocked.modeled_time_s < tiled.modeled_time_s / 1.3
+    assert blocked.scheduled_time_s < tiled.scheduled_time_s / 1.3
     for t in ("trn1", "trn2"):
         assert blocked.priced_for(t).modeled_time_s < tiled.priced_for(t).modeled_time_s
 

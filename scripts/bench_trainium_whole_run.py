@@ -1,0 +1,448 @@
+#!/usr/bin/env python
+"""What a Trainium user's whole run costs: host time measured here, host<->device transfers priced at the
+documented host bandwidth, device time MODELED — per stage, for the energy and for the gradient, on
+trn1.2xlarge, trn1.32xlarge and trn2.48xlarge. Writes a table into docs/benchmarks_trainium.md.
+
+    python scripts/bench_trainium_whole_run.py measure --records docs/trainium_whole_run.jsonl   # ~45 min on 2 cores
+    python scripts/bench_trainium_whole_run.py model-taxol --records docs/trainium_whole_run.jsonl
+    python scripts/bench_trainium_whole_run.py table --records docs/trainium_whole_run.jsonl     # writes the doc
+
+``measure`` runs each case in a fresh process on ``--device sim --precision fp32`` (the NKI kernels in the
+emulator): the energy, then the gradient, with a cost checkpoint between them. Host time of a stage = its
+wall time minus the time spent emulating the kernels it launched (the emulator is not host work on a
+Trainium instance). Device time = the emulator's cost MODEL of the same launches (docs/emulator.md).
+Transfers = the bytes of every kernel's array inputs and outputs as the launches pass them (mp2trn's neuron
+launcher copies each launch's inputs to the device and its outputs back), and the smaller figure with an
+array passed again (the SCF tensor's blocks) counted once — what a device-resident tensor would move.
+
+Host time on an instance: this machine's times scaled by a thread-scaling curve MEASURED here — Inosine's
+stages at 1 and 2 threads (OMP/OpenBLAS threads) give each stage's parallel fraction p (Amdahl:
+t(n) = t(1)·(1 − p + p/n)), applied at the instance's physical cores. That is an extrapolation from two
+points on a 2-core machine, not a measurement on the instance; the host CPU's speed per core is taken as
+this machine's. Taxol/cc-pVDZ (113 atoms) is too large to emulate here (Penicillin V's gradient sweep
+alone took 18 minutes of emulation; Taxol's would take days): its host stages are extrapolated from the
+measured cc-pVDZ cases by a power law in the number of basis functions, and its modeled device stages are
+Penicillin V's scaled by each stage's work — tensor bytes for the DMA-bound J/K and AO→MO stages, FLOPs
+for the TensorE-bound metric, pair and pair-density stages (``model-taxol``), as docs/benchmarks.md
+scales Taxol/cc-pVTZ for the NeuronCore table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mp2trn.files import replace_marked_block  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks_trainium.md"
+BEGIN, END = "<!-- BEGIN bench_trainium_whole_run -->", "<!-- END bench_trainium_whole_run -->"
+ORGANIC = ROOT / "molecules" / "gpu4pyscf" / "organic"
+
+#: case -> (xyz, basis); the cc-pVDZ cases also feed Taxol's extrapolation
+CASES = {
+    "vitaminc-dz": ("020_Vitamin_C.xyz", "cc-pvdz"),
+    "inosine-dz": ("031_Inosine.xyz", "cc-pvdz"),
+    "penicillin-dz": ("042_Penicillin_V.xyz", "cc-pvdz"),
+    "vitaminc-tz": ("020_Vitamin_C.xyz", "cc-pvtz"),
+}
+REPORTED = ("inosine-dz", "vitaminc-tz", "taxol-dz")
+TAXOL = ("113_Taxol.xyz", "cc-pvdz")
+SCALING_CASE = "inosine-dz"    # measured at 1 and 2 threads: the thread-scaling curve
+
+#: The instances. Cores: EC2 "Specifications for accelerated computing instances"
+#: (docs.aws.amazon.com/ec2/latest/instancetypes/ac.html): trn1.2xlarge 8 vCPUs = 4 cores x 2 threads,
+#: trn1.32xlarge 128 = 64 x 2, trn2.48xlarge 192 = 96 x 2. Host<->device bandwidth: AWS publishes no PCIe
+#: figure for Trainium chips; the NKI memory-hierarchy figure (aws-neuron-sdk
+#: nki/get-started/about/memory-hierarchy-overview.rst, image nki/img/pm-memory.png) gives host (CPU)
+#: memory "~16 GB/sec", taken here per direction for the one chip a run uses. One run uses one NeuronCore.
+INSTANCES = {
+    "trn1.2xlarge": {"cores": 4, "target": "trn1", "h2d_gbs": 16.0},
+    "trn1.32xlarge": {"cores": 64, "target": "trn1", "h2d_gbs": 16.0},
+    "trn2.48xlarge": {"cores": 96, "target": "trn2", "h2d_gbs": 16.0},
+}
+
+#: host stages: (key, label)
+ENERGY_STAGES = (
+    ("scf_tensor", "SCF 3-index integrals + Cholesky (JK-fit)"),
+    ("scf_driver", "SCF driver (Fock assembly, DIIS, diagonalisation)"),
+    ("scf_jk_fp64", "SCF fp64 J/K builds (host: no fp64 kernels)"),
+    ("scf_jk_glue", "SCF J/K host side of device builds"),
+    ("mp2_integrals", "MP2 3-index integrals (RI-fit) + AO blocks"),
+    ("mp2_metric", "MP2 metric Cholesky + host side"),
+    ("mp2_sums", "MP2 pair sums on the host"),
+    ("energy_other", "other (I/O, setup)"),
+)
+GRADIENT_STAGES = (
+    ("grad_b", "gradient: B rebuilt (3-index integrals)"),
+    ("grad_pairs_host", "gradient: host side of the pair sweep"),
+    ("grad_ri", "gradient: Γ back-transform + 3-index derivative integrals"),
+    ("grad_response", "gradient: Z-vector (response J/K, fp64)"),
+    ("grad_integrals", "gradient: SCF-like derivative integrals"),
+    ("grad_other", "other"),
+)
+
+
+# -- measuring one case (child process) -----------------------------------------------------------------
+
+def _stage_emulation(cost: dict | None, *stages: str) -> float:
+    """Wall seconds inside the stages' kernel launches (emulation, its checks, copies)."""
+    if not cost:
+        return 0.0
+    return sum(cost["stages"].get(s, {}).get("launch_wall_s", 0.0) for s in stages)
+
+
+def _device_part(cost: dict | None, transfers: dict | None) -> dict:
+    """Modeled seconds per stage and target, and the stage's host<->device bytes."""
+    out = {}
+    for stage, entry in (cost or {}).get("stages", {}).items():
+        out[stage] = {"trn1_s": entry["trn1"]["modeled_time_s"], "trn2_s": entry["trn2"]["modeled_time_s"],
+                      "launches": entry["launches"], **(transfers or {}).get(stage, {})}
+    return out
+
+
+def measure_case(name: str, xyz: str, basis: str) -> dict:
+    """One case on the sim device: energy then gradient; host seconds per stage, device model, transfers."""
+    from mp2trn.options import RunOptions
+    from mp2trn.pipeline import compute, gradient_stage, open_device
+
+    options = RunOptions(basis=basis, device="sim", precision="fp32", target="trn1")
+    with open_device(options) as dev:
+        pricing = _time_pricing(dev)   # the runs price their emulated launches: emulator work, not host work
+        t0 = time.perf_counter()
+        result, mf = compute(str(ORGANIC / xyz), options, dev)
+        wall_energy = time.perf_counter() - t0 - pricing[0]
+        mark = dev.cost_checkpoint()
+        e_cost, e_moves = dev.cost_report(), dev.transfer_record()
+        pricing[0] = 0.0
+        t1 = time.perf_counter()
+        auxbasis = result.what_ran["auxbasis"]
+        g = gradient_stage(result, mf, auxbasis, options, dev)
+        wall_gradient = time.perf_counter() - t1 - pricing[0]
+        g_cost, g_moves = dev.cost_report(since=mark), dev.transfer_record(since=mark)
+    tm, scf = g.timings, result.scf
+    host_builds = sum(b for b, p in zip(_build_seconds(mf), scf["build_precisions"]) if "(host" in p)
+    device_builds_s = scf["jk_seconds"] - host_builds
+    energy = {
+        "scf_tensor": scf["tensor_seconds"],
+        "scf_driver": tm["scf"] - scf["jk_seconds"],
+        "scf_jk_fp64": host_builds,
+        "scf_jk_glue": max(0.0, device_builds_s - scf["tensor_seconds"] - _stage_emulation(e_cost, "scf_jk")),
+        "mp2_integrals": max(0.0, tm["ao_to_mo"] - _stage_emulation(e_cost, "ao_to_mo")),
+        "mp2_metric": max(0.0, tm["df_setup"] + tm["metric"] - _stage_emulation(e_cost, "metric")),
+        "mp2_sums": max(0.0, tm["pairs"] - _stage_emulation(e_cost, "pairs")),
+    }
+    energy["energy_other"] = max(0.0, wall_energy - (e_cost or {}).get("launch_wall_s", 0.0) - sum(energy.values()))
+    gradient = {
+        "grad_b": max(0.0, tm["gradient_b"] - _stage_emulation(g_cost, "ao_to_mo", "metric")),
+        "grad_pairs_host": max(0.0, tm["gradient_pairs"] - _stage_emulation(g_cost, "grad_pairs")),
+        "grad_ri": tm["gradient_ri"],
+        "grad_response": tm["gradient_response"],
+        "grad_integrals": tm["gradient_integrals"],
+    }
+    gradient["grad_other"] = max(0.0, wall_gradient - (g_cost or {}).get("launch_wall_s", 0.0) - sum(gradient.values()))
+    sizes = result.sizes
+    return {
+        "case": name, "xyz": xyz, "basis": basis, "threads": os.environ.get("OMP_NUM_THREADS", "all"),
+        "nao": sizes["nao"], "naux": sizes["naux"], "nocc": sizes["nocc"], "nvir": sizes["nvir"],
+        "natm": sizes["natm"], "scf_cycles": scf["cycles"], "build_precisions": scf["build_precisions"],
+        "host_energy_s": energy, "host_gradient_s": gradient,
+        "device_energy": _device_part(e_cost, e_moves), "device_gradient": _device_part(g_cost, g_moves),
+        "wall_energy_s": wall_energy, "wall_gradient_s": wall_gradient,
+        "emulation_wall_s": {"energy": (e_cost or {}).get("launch_wall_s", 0.0),
+                             "gradient": (g_cost or {}).get("launch_wall_s", 0.0)},
+        "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+def _time_pricing(dev) -> list[float]:
+    """Wrap ``dev.cost_report`` so the seconds spent pricing emulated launches add up in the returned cell."""
+    spent = [0.0]
+    price = dev.cost_report
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return price(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    dev.cost_report = timed
+    return spent
+
+
+def _build_seconds(mf) -> list[float]:
+    return [b["seconds"] for b in mf.with_df.builds]
+
+
+def _machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def run_child(name: str, threads: int | None) -> dict:
+    """``measure_case`` in a fresh process (with ``threads`` OpenMP/OpenBLAS threads when given)."""
+    env = dict(os.environ)
+    if threads:
+        for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[key] = str(threads)
+    xyz, basis = CASES[name]
+    code = ("import json, sys; sys.path.insert(0, %r); import bench_trainium_whole_run as b; "
+            "print('RECORD ' + json.dumps(b.measure_case(%r, %r, %r)))" % (str(ROOT / "scripts"), name, xyz, basis))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        raise SystemExit(f"{name}: the child failed:\n{out.stderr[-3000:]}")
+    line = [x for x in out.stdout.splitlines() if x.startswith("RECORD ")][-1]
+    return json.loads(line[len("RECORD "):])
+
+
+def _append(records: Path, rec: dict) -> None:
+    with open(records, "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+
+
+# -- Taxol: device stages scaled from the largest emulated case ------------------------------------------
+
+def sizes(xyz: str, basis: str) -> dict:
+    """nao, the JK-fit and RI-fit naux, nocc, nvir of a molecule in ``basis`` (cc-pVDZ fitting partners)."""
+    from pyscf import df, gto
+
+    mol = gto.M(atom=str(ORGANIC / xyz), basis=basis, verbose=0)
+    nocc = mol.nelectron // 2
+    return {"nao": mol.nao_nr(), "naux_jk": df.addons.make_auxmol(mol, basis + "-jkfit").nao_nr(),
+            "naux": df.addons.make_auxmol(mol, basis + "-ri").nao_nr(), "nocc": nocc,
+            "nvir": mol.nao_nr() - nocc, "natm": mol.natm}
+
+
+def stage_work(stage: str, z: dict) -> float:
+    """The work a device stage's modeled time follows: bytes of the DMA-bound stages (the SCF tensor per
+    build, the AO blocks), FLOPs of the TensorE-bound ones (metric solve, pair energies, pair densities)."""
+    nao, naux, no, nv = z["nao"], z["naux"], z["nocc"], z["nvir"]
+    return {"scf_jk": z["naux_jk"] * nao * nao,
+            "ao_to_mo": naux * nao * nao,
+            "metric": naux * naux * no * nv,
+            "pairs": naux * no * no * nv * nv,
+            "grad_pairs": no * no * (4 * naux * nv * nv + 2 * nv ** 3 + 2 * no * nv * nv)}[stage]
+
+
+def stage_bytes(stage: str, z: dict) -> float:
+    """What a stage's host<->device bytes follow (the arrays its launches pass)."""
+    nao, naux, no, nv = z["nao"], z["naux"], z["nocc"], z["nvir"]
+    return {"scf_jk": z["naux_jk"] * nao * nao, "ao_to_mo": naux * nao * nao, "metric": naux * no * nv,
+            "pairs": naux * no * nv * no, "grad_pairs": naux * no * nv}[stage]
+
+
+def model_taxol(recs: list[dict]) -> dict:
+    """Taxol/cc-pVDZ's device stages: each stage of the largest emulated cc-pVDZ case scaled by the ratio of
+    the stage's work (:func:`stage_work`) and its transfers by :func:`stage_bytes`; the same number of SCF
+    device builds as that case."""
+    base = max((r for r in (_latest(recs, c) for c in CASES if CASES[c][1] == "cc-pvdz") if r), key=lambda r: r["nao"])
+    zb, zt = sizes(base["xyz"], base["basis"]), sizes(*TAXOL)
+    out = {"case": "taxol-dz", "xyz": TAXOL[0], "basis": TAXOL[1], **zt, "scaled_from": base["case"],
+           "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    for phase in ("device_energy", "device_gradient"):
+        out[phase] = {}
+        for stage, e in base[phase].items():
+            w, b = stage_work(stage, zt) / stage_work(stage, zb), stage_bytes(stage, zt) / stage_bytes(stage, zb)
+            out[phase][stage] = {"trn1_s": e["trn1_s"] * w, "trn2_s": e["trn2_s"] * w,
+                                 **{k: int(e[k] * b) for k in ("to_device", "to_host", "to_device_reusing")}}
+    return out
+
+
+# -- the model of a run on an instance --------------------------------------------------------------------
+
+ALL_STAGES = ENERGY_STAGES + GRADIENT_STAGES
+HERE_THREADS = 2
+
+
+def load(records: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(records).read_text().splitlines() if line.strip()]
+
+
+def _latest(recs: list[dict], case: str, threads: str = "all") -> dict | None:
+    found = [r for r in recs if r["case"] == case and r.get("threads", "all") == threads]
+    return found[-1] if found else None
+
+
+def _host(rec: dict) -> dict[str, float]:
+    return {**rec["host_energy_s"], **rec["host_gradient_s"]}
+
+
+def parallel_fractions(recs: list[dict]) -> dict[str, float]:
+    """Each host stage's parallel fraction p from the scaling case at 1 and 2 threads (Amdahl's law:
+    t2/t1 = 1 - p + p/2, so p = 2 (1 - t2/t1)), clipped to [0, 1]."""
+    one, two = _latest(recs, SCALING_CASE, "1"), _latest(recs, SCALING_CASE)
+    if one is None or two is None:
+        raise SystemExit(f"the thread-scaling curve needs {SCALING_CASE} at 1 thread and at all threads: run measure")
+    h1, h2 = _host(one), _host(two)
+    return {k: min(1.0, max(0.0, 2.0 * (1.0 - h2[k] / h1[k]))) if h1[k] > 0 else 0.0 for k, _ in ALL_STAGES}
+
+
+def at_cores(t_here: float, p: float, cores: int) -> float:
+    """A stage's time on ``cores`` from its time at this machine's thread count (Amdahl, fraction p)."""
+    return t_here / (1.0 - p + p / HERE_THREADS) * (1.0 - p + p / cores)
+
+
+def extrapolate_host(recs: list[dict], nao: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Host seconds per stage at ``nao`` (cc-pVDZ) from a least-squares power law t = a·nao^k over the
+    measured cc-pVDZ cases; returns (seconds, exponent k) per stage."""
+    import numpy as np
+
+    dz = [r for r in (_latest(recs, c) for c in CASES if CASES[c][1] == "cc-pvdz") if r]
+    if len(dz) < 2:
+        raise SystemExit("Taxol's host stages need at least two measured cc-pVDZ cases")
+    x = np.log([r["nao"] for r in dz])
+    seconds, exps = {}, {}
+    for key, _ in ALL_STAGES:
+        t = np.array([max(_host(r)[key], 1e-3) for r in dz])
+        k, a = np.polyfit(x, np.log(t), 1)
+        exps[key], seconds[key] = float(k), float(math.exp(a) * nao ** k)
+    return seconds, exps
+
+
+def run_model(rec: dict, host_here: dict[str, float], fractions: dict[str, float], instance: str) -> dict:
+    """One case on one instance: host (scaled), transfers (as launched and with kept inputs), device, per phase."""
+    inst = INSTANCES[instance]
+    bw = inst["h2d_gbs"] * 1e9
+    out = {}
+    for phase, stages in (("energy", ENERGY_STAGES), ("gradient", GRADIENT_STAGES)):
+        host = {k: at_cores(host_here[k], fractions[k], inst["cores"]) for k, _ in stages}
+        dev = rec[f"device_{phase}"]
+        device_s = sum(e[inst["target"] + "_s"] for e in dev.values())
+        launched = sum(e["to_device"] + e["to_host"] for e in dev.values()) / bw
+        kept = sum(e["to_device_reusing"] + e["to_host"] for e in dev.values()) / bw
+        total = sum(host.values()) + launched + device_s
+        out[phase] = {"host": host, "host_s": sum(host.values()), "transfer_s": launched, "transfer_kept_s": kept,
+                      "device_s": device_s, "total_s": total, "device_share": device_s / total if total else 0.0}
+    return out
+
+
+def _cases(recs: list[dict]) -> dict[str, tuple[dict, dict[str, float], str]]:
+    """Reported case -> (record, host seconds here, how the host seconds were obtained)."""
+    out = {}
+    for case in REPORTED:
+        if case == "taxol-dz":
+            rec = _latest(recs, case)
+            if rec is None:
+                continue
+            seconds, exps = extrapolate_host(recs, rec["nao"])
+            out[case] = (rec, seconds, "extrapolated")
+            rec["host_exponents"] = exps
+        else:
+            rec = _latest(recs, case)
+            if rec is not None:
+                out[case] = (rec, _host(rec), "measured")
+    return out
+
+
+TITLES = {"inosine-dz": "Inosine / cc-pVDZ", "vitaminc-tz": "Vitamin C / cc-pVTZ", "taxol-dz": "Taxol / cc-pVDZ"}
+LABELS = dict(ALL_STAGES)
+
+
+def tables(recs: list[dict]) -> str:
+    fractions = parallel_fractions(recs)
+    cases = _cases(recs)
+    lines = ["| case (nao) | instance | phase | host s | transfers s (kept inputs) | device s (MODELED) | "
+             "whole s | device share | host stage that would pay most to move |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for case, (rec, host_here, how) in cases.items():
+        for instance in INSTANCES:
+            m = run_model(rec, host_here, fractions, instance)
+            for phase in ("energy", "gradient"):
+                r = m[phase]
+                top = max(r["host"], key=r["host"].get)
+                lines.append(f"| {TITLES[case]} ({rec['nao']}){' *' if how == 'extrapolated' else ''} | {instance} | "
+                             f"{phase} | {r['host_s']:.1f} | {r['transfer_s']:.2f} ({r['transfer_kept_s']:.2f}) | "
+                             f"{r['device_s'] * 1e3:.0f} ms | {r['total_s']:.1f} | {100 * r['device_share']:.1f} % | "
+                             f"{LABELS[top]}: {r['host'][top]:.1f} s ({100 * r['host'][top] / r['total_s']:.0f} %) |")
+    fed = [f"{r['case']} (nao {r['nao']})" for r in (_latest(recs, c) for c in CASES if CASES[c][1] == "cc-pvdz") if r]
+    lines += ["", "Host seconds per stage measured on this machine (2 threads), the parallel fraction p of the "
+              f"thread-scaling curve, and Taxol's extrapolation (t ∝ nao^k fitted to {', '.join(fed)}):", "",
+              "| host stage | p | " + " | ".join(f"{TITLES.get(c, c)}" for c in cases) + " | k (Taxol fit) |",
+              "|---|---:|" + "---:|" * len(cases) + "---:|"]
+    taxol = cases.get("taxol-dz")
+    for key, label in ALL_STAGES:
+        cells = " | ".join(f"{h[key]:.2f}{'*' if how == 'extrapolated' else ''}" for _, h, how in cases.values())
+        k = f"{taxol[0]['host_exponents'][key]:.2f}" if taxol else "–"
+        lines.append(f"| {label} | {fractions[key]:.2f} | {cells} | {k} |")
+    lines += ["", "Host↔device bytes per device stage (GB, as launched / with kept inputs counted once; "
+              "energy then gradient) and the modeled trn1 time:", "",
+              "| case | stage | to device GB | to host GB | trn1 modeled ms |", "|---|---|---:|---:|---:|"]
+    for case, (rec, _, _) in cases.items():
+        for phase in ("energy", "gradient"):
+            for stage, e in rec[f"device_{phase}"].items():
+                lines.append(f"| {TITLES[case]} | {phase}: {stage} | {e['to_device'] / 1e9:.2f} / "
+                             f"{e['to_device_reusing'] / 1e9:.2f} | {e['to_host'] / 1e9:.2f} | {e['trn1_s'] * 1e3:.1f} |")
+    return "\n".join(lines)
+
+
+def cmd_table(args) -> None:
+    recs = load(Path(args.records))
+    text = tables(recs)
+    machine = next((r["machine"] for r in recs if r.get("threads") == "all"), "")
+    block = (f"{BEGIN}\nMODELED device times, measured host times. Produced by `python "
+             f"scripts/bench_trainium_whole_run.py table` from docs/trainium_whole_run.jsonl (measured on {machine}; "
+             f"* = extrapolated host stages).\n\n{text}\n{END}")
+    print(text)
+    if args.print_only:
+        return
+    replace_marked_block(DOC, BEGIN, END, block)
+    print(f"wrote {DOC}")
+
+
+def cmd_taxol(args) -> None:
+    records = Path(args.records)
+    rec = model_taxol(load(records))
+    _append(records, rec)
+    print(f"taxol-dz: nao {rec['nao']}, naux {rec['naux']} (JK {rec['naux_jk']}), nocc {rec['nocc']}; device stages "
+          f"scaled from {rec['scaled_from']}")
+
+def cmd_measure(args) -> None:
+    records = Path(args.records)
+    for name in args.cases:
+        for threads in ([1, None] if name == SCALING_CASE and not args.no_scaling else [None]):
+            t0 = time.perf_counter()
+            rec = run_child(name, threads)
+            _append(records, rec)
+            print(f"{name} threads={threads or 'all'}: energy {rec['wall_energy_s']:.1f} s, gradient "
+                  f"{rec['wall_gradient_s']:.1f} s wall (emulation {sum(rec['emulation_wall_s'].values()):.1f} s); "
+                  f"child {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure", help="run the cases in fresh processes and append their records")
+    m.add_argument("--records", default=str(ROOT / "docs" / "trainium_whole_run.jsonl"))
+    m.add_argument("--cases", nargs="*", default=list(CASES))
+    m.add_argument("--no-scaling", action="store_true", help="skip the 1-thread run of the scaling case")
+    m.set_defaults(func=cmd_measure)
+    t = sub.add_parser("model-taxol", help="Taxol/cc-pVDZ's device stages scaled from the largest emulated case")
+    t.add_argument("--records", default=str(ROOT / "docs" / "trainium_whole_run.jsonl"))
+    t.set_defaults(func=cmd_taxol)
+    w = sub.add_parser("table", help="the whole-run tables from the records, into docs/benchmarks_trainium.md")
+    w.add_argument("--records", default=str(ROOT / "docs" / "trainium_whole_run.jsonl"))
+    w.add_argument("--print-only", action="store_true")
+    w.set_defaults(func=cmd_table)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""scripts/bench_trainium_whole_run.py: the model of a run on an instance from the committed records, and
+the table in docs/benchmarks_trainium.md is what those records give."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "trainium_whole_run.jsonl"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bench_trainium_whole_run",
+                                                  ROOT / "scripts" / "bench_trainium_whole_run.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod     # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_amdahl_scaling_of_a_host_stage():
+    b = _script()
+    # p = 1: perfectly parallel; p = 0: serial; 2 threads measured here
+    assert b.at_cores(10.0, 1.0, 4) == pytest.approx(5.0)
+    assert b.at_cores(10.0, 0.0, 64) == pytest.approx(10.0)
+    assert b.at_cores(10.0, 0.5, 2) == pytest.approx(10.0)
+
+
+def test_the_doc_table_is_what_the_records_give():
+    b = _script()
+    recs = b.load(RECORDS)
+    text = b.tables(recs)
+    doc = (ROOT / "docs" / "benchmarks_trainium.md").read_text()
+    assert text in doc, "re-run: python scripts/bench_trainium_whole_run.py table"
+    # every reported case on every instance, energy and gradient
+    for case in ("Inosine / cc-pVDZ", "Vitamin C / cc-pVTZ", "Taxol / cc-pVDZ"):
+        for instance in b.INSTANCES:
+            for phase in ("energy", "gradient"):
+                assert any(case in line and f"| {instance} | {phase} |" in line for line in text.splitlines())
+
+
+def test_device_share_is_device_over_the_whole():
+    b = _script()
+    recs = b.load(RECORDS)
+    fractions = b.parallel_fractions(recs)
+    rec = b._latest(recs, "inosine-dz")
+    m = b.run_model(rec, b._host(rec), fractions, "trn1.2xlarge")
+    for phase in ("energy", "gradient"):
+        r = m[phase]
+        assert r["total_s"] == pytest.approx(r["host_s"] + r["transfer_s"] + r["device_s"])
+        assert 0 < r["device_share"] < 1
