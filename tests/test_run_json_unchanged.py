@@ -30,9 +30,9 @@ CASES = {
 TIMING_KEYS = {"timings", "emulation_wall_s"}
 #: fields added since, on purpose: the SCF stage record (J/K device, precision per cycle), the
 #: modeled whole-run estimate in the cost report, two QCSchema properties, the compile counts, and which
-#: BLAS thread pool ran (mp2trn.threads)
+#: BLAS thread pool ran (mp2trn.threads), the host<->device bytes per stage (the whole-run model)
 ADDED_KEYS = {"scf", "whole_run", "nuclear_repulsion_energy", "scf_iterations", "compiles", "compiles_by_stage",
-              "compile_cache", "blas"}
+              "compile_cache", "blas", "host_device_bytes", "launch_wall_s"}
 #: fields added at one place only: the bases with their sources, the ECPs and the method (issue 22)
 ADDED_AT = {"$.extras.mp2trn": {"bases", "ecp", "method"}}
 
@@ -80,9 +80,11 @@ def test_run_json_is_unchanged_by_the_redesign(name, tmp_path, monkeypatch):
 #: stage's column chunks so both spin channels share one kernel signature (one NEFF compile): the
 #: beta chunk now carries zero columns, which the cost model prices (metric stage and totals), and the
 #: trsm kernel's plan for the wider chunk rounds the fp32 energies differently (checked below to 5e-8 Eh,
-#: far inside the sim device's fp32 tolerance of 1e-6 Eh).
+#: far inside the sim device's fp32 tolerance of 1e-6 Eh). Issue 26 held the cost model to AWS's published
+#: figures (the DMA fixed cost became a latency, dependent instructions pay their documented overheads):
+#: every modeled time of the cost report moved.
 CHANGED_ON_PURPOSE = {
-    "run_hydroxyl_sim_before.json": ("$.extras.mp2trn.cost.stages.metric.", "$.extras.mp2trn.cost.total.",
+    "run_hydroxyl_sim_before.json": ("$.extras.mp2trn.cost.",
                                      "$.properties.mp2_", "$.extras.mp2trn.scs_mp2_", "$.properties.return_energy",
                                      "$.return_result"),
 }
