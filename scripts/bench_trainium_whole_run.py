@@ -94,7 +94,7 @@ GRADIENT_STAGES = (
 
 # -- measuring one case (child process) -----------------------------------------------------------------
 
-def _stage_emulation(cost: dict | None, *stages: str) -> float:
+def _in_launches(cost: dict | None, *stages: str) -> float:
     """Wall seconds inside the stages' kernel launches (emulation, its checks, copies)."""
     if not cost:
         return 0.0
@@ -136,15 +136,15 @@ def measure_case(name: str, xyz: str, basis: str) -> dict:
         "scf_tensor": scf["tensor_seconds"],
         "scf_driver": tm["scf"] - scf["jk_seconds"],
         "scf_jk_fp64": host_builds,
-        "scf_jk_glue": max(0.0, device_builds_s - scf["tensor_seconds"] - _stage_emulation(e_cost, "scf_jk")),
-        "mp2_integrals": max(0.0, tm["ao_to_mo"] - _stage_emulation(e_cost, "ao_to_mo")),
-        "mp2_metric": max(0.0, tm["df_setup"] + tm["metric"] - _stage_emulation(e_cost, "metric")),
-        "mp2_sums": max(0.0, tm["pairs"] - _stage_emulation(e_cost, "pairs")),
+        "scf_jk_glue": max(0.0, device_builds_s - scf["tensor_seconds"] - _in_launches(e_cost, "scf_jk")),
+        "mp2_integrals": max(0.0, tm["ao_to_mo"] - _in_launches(e_cost, "ao_to_mo")),
+        "mp2_metric": max(0.0, tm["df_setup"] + tm["metric"] - _in_launches(e_cost, "metric")),
+        "mp2_sums": max(0.0, tm["pairs"] - _in_launches(e_cost, "pairs")),
     }
     energy["energy_other"] = max(0.0, wall_energy - (e_cost or {}).get("launch_wall_s", 0.0) - sum(energy.values()))
     gradient = {
-        "grad_b": max(0.0, tm["gradient_b"] - _stage_emulation(g_cost, "ao_to_mo", "metric")),
-        "grad_pairs_host": max(0.0, tm["gradient_pairs"] - _stage_emulation(g_cost, "grad_pairs")),
+        "grad_b": max(0.0, tm["gradient_b"] - _in_launches(g_cost, "ao_to_mo", "metric")),
+        "grad_pairs_host": max(0.0, tm["gradient_pairs"] - _in_launches(g_cost, "grad_pairs")),
         "grad_ri": tm["gradient_ri"],
         "grad_response": tm["gradient_response"],
         "grad_integrals": tm["gradient_integrals"],
@@ -158,6 +158,7 @@ def measure_case(name: str, xyz: str, basis: str) -> dict:
         "host_energy_s": energy, "host_gradient_s": gradient,
         "device_energy": _device_part(e_cost, e_moves), "device_gradient": _device_part(g_cost, g_moves),
         "wall_energy_s": wall_energy, "wall_gradient_s": wall_gradient,
+        # seconds inside the kernel launches (the records' name for it since the first measurement)
         "emulation_wall_s": {"energy": (e_cost or {}).get("launch_wall_s", 0.0),
                              "gradient": (g_cost or {}).get("launch_wall_s", 0.0)},
         "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M"),

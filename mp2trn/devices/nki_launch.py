@@ -246,6 +246,7 @@ class EmulatorLauncher(Launcher):
         stages = {}
         totals = {t: defaultdict(float) for t in TARGETS}
         peak_tensor = {}
+        launch_walls = self.launch_wall_s(since)
         for stage in STAGES:
             traces = traces_now.get(stage)
             if not traces:
@@ -253,7 +254,7 @@ class EmulatorLauncher(Launcher):
             entry = {"kernels": sorted(self.kernels[stage]), "launches": len(traces),
                      "compiles": len(self.signatures[stage]),
                      "emulation_wall_s": sum(tr.wall_s for tr in traces),
-                     "launch_wall_s": self.launch_wall_s(since).get(stage, 0.0)}
+                     "launch_wall_s": launch_walls.get(stage, 0.0)}
             for t in TARGETS:
                 rep = CostReport(traces, t)
                 s = _summary(rep)
