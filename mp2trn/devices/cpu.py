@@ -200,24 +200,50 @@ class CpuDevice(Device):
 
     def _jk_block_unpacking(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
         """fp64 J/K of packed rows: ``_UNPACK_CHUNK_BYTES`` of rows at a time unpacked into a reused
-        buffer that stays in cache (PySCF's unpack, one thread), each chunk through the unpacked build
-        (tall GEMM + syrk). Inosine/cc-pVDZ, one build: 0.71-0.76 s, of which 0.12 s unpacking, against
-        0.65-0.69 s from the unpacked tensor (twice the memory); 16-32 MB chunks, out of cache: 0.82-0.86 s;
-        the few-rows path of the fp32 builds: 1.3 s (``python scripts/bench_jk.py --layouts``, noisy)."""
+        buffer that stays in cache (PySCF's unpack, one thread), and from it, while still in cache,
+        Z[i, (P, ν)] = Σ_μ C_μi B_P,μν as one GEMM with the long dimension last (B_P is symmetric), written
+        straight into the group of Z rows of ``_SYRK_GROUP_BYTES``; K += Zᵀ Z is one syrk per group (its
+        inner dimension, rows × nocc, in the thousands however large nao is) and J from ρ_P = B_P·D.
+
+        Cetirizine/cc-pVDZ (nao 507, one row per unpacked chunk), one build: 3.4-3.6 s against 6.7-7.0 s for
+        a tall GEMM X = B C and a syrk per chunk, and 7.8-8.6 s for PySCF's ``get_jk`` (``python
+        scripts/bench_jk.py --xyz molecules/gpu4pyscf/organic/052_Cetirizine.xyz``). Per 64 rows there,
+        measured apart: the GEMM C^T B^T at 90 GFLOP/s against 60-70 for B C (N = nocc is narrow).
+        """
         src, nao = handle.block, handle.nao
+        p = src.shape[0]
         rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
         buf = self._jk_unpacked
         if buf is None or buf.shape != (rows, nao, nao):
             buf = self._jk_unpacked = np.empty((rows, nao, nao))
-        vj = vk = None
-        for r0 in range(0, src.shape[0], rows):
-            r1 = min(src.shape[0], r0 + rows)
-            with lib.with_omp_threads(1):   # the GEMMs' BLAS threads still spin between calls
-                b = lib.unpack_tril(src[r0:r1], out=buf[: r1 - r0])
-            j_part, k_part = self._jk_block_fp64(b, factors, dm, with_j, with_k)
-            vj = j_part if vj is None else vj + j_part
-            vk = k_part if vk is None else vk + k_part
-        return vj, vk
+        terms = [(np.ascontiguousarray(c.T), sign) for c, sign in factors if c.shape[1] and with_k]
+        width = max(1, sum(ct.shape[0] for ct, _ in terms))
+        group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * 8))))
+        z_buf, _ = self._jk_workspace(group * width * nao)
+        dm_flat = np.asarray(dm).ravel() if with_j else None
+        vj = np.zeros(nao * nao) if with_j else None
+        vk = np.zeros((nao, nao)) if with_k else None
+        for g0 in range(0, p, group):
+            g1 = min(p, g0 + group)
+            zs, offset = [], 0
+            for ct, _ in terms:   # one Z (nocc·rows of the group, nao) per factor, side by side
+                zs.append(z_buf[offset : offset + ct.shape[0] * (g1 - g0) * nao])
+                offset += ct.shape[0] * (g1 - g0) * nao
+            for r0 in range(g0, g1, rows):
+                r1 = min(g1, r0 + rows)
+                with lib.with_omp_threads(1):   # the GEMMs' BLAS threads still spin between calls
+                    b = lib.unpack_tril(src[r0:r1], out=buf[: r1 - r0])
+                flat = b.reshape(r1 - r0, nao * nao)
+                for (ct, _), z in zip(terms, zs):
+                    n, m = ct.shape[0], (r1 - r0) * nao
+                    part = z[n * (r0 - g0) * nao : n * (r1 - g0) * nao].reshape(n, m)
+                    np.matmul(ct, flat.reshape(m, nao).T, out=part)   # (B_P C)ᵀ = Cᵀ B_P, B_P symmetric
+                if with_j:
+                    vj += (flat @ dm_flat) @ flat                     # Σ_P ρ_P B_P, ρ_P = B_P·D
+            for (ct, sign), z in zip(terms, zs):
+                zz = z.reshape(-1, nao)
+                vk += sign * (zz.T @ zz)                              # NumPy calls syrk for a.T @ a
+        return (None if vj is None else vj.reshape(nao, nao)), vk
 
     def _jk_block_fp64(self, block, factors, dm, with_j, with_k):
         p, nao, _ = block.shape
@@ -274,6 +300,9 @@ class CpuDevice(Device):
 _CAST_CHUNK_BYTES = 4e6
 #: packed rows unpacked at a time for an fp64 build: enough rows for a tall GEMM, small next to the tensor
 _UNPACK_CHUNK_BYTES = 4e6
+#: the half-transformed rows gathered for one exchange syrk: its inner dimension (rows × nocc) in the
+#: thousands, the group a few MB (Cetirizine/cc-pVDZ: 38 rows)
+_SYRK_GROUP_BYTES = 16e6
 
 
 class _Cast:
