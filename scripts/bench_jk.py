@@ -5,6 +5,8 @@
     python scripts/bench_jk.py --cast          # only: the tensor in fp32, kept copy vs reused buffer
     python scripts/bench_jk.py --peak          # only: this machine's DGEMM and SGEMM rates (4000² GEMM)
     python scripts/bench_jk.py --layouts       # also the unpacked layout (naux, nao, nao) on the cpu device
+    python scripts/bench_jk.py --parts         # only: the pieces of an fp64 build of the packed tensor, and
+                                               # of the tensor build (integrals, triangular solve)
     python scripts/bench_jk.py --stream        # only: PySCF's tensor in its HDF5 file, streamed builds vs
                                                # PySCF's outcore get_jk on that file vs resident builds
 
@@ -88,6 +90,49 @@ def cast_costs(mol, rows: int = 256) -> None:
           f"time) {t_device:.3f} s; {machine_description()}")
 
 
+def part_costs(mol, rows: int = 64) -> None:
+    """Where an fp64 build of the packed tensor and the tensor build spend their time: the whole packed
+    tensor built (``df.cholesky_tensor``) and its triangular solve alone on one chunk's shape; then, per
+    ``rows`` auxiliary rows, unpacking one row at a time on one thread, the half-transform as B C (nocc
+    last) and as Cᵀ Bᵀ (the long dimension last, as the cpu device runs it), and the exchange syrk."""
+    from pyscf import df, lib
+    from scipy.linalg import blas as scipy_blas
+
+    from mp2trn.df import _metric_factor, cholesky_tensor
+
+    auxmol = df.addons.make_auxmol(mol, df.make_auxbasis(mol))
+    t0 = time.perf_counter()
+    packed = cholesky_tensor(mol, auxmol, packed=True)
+    t_tensor = time.perf_counter() - t0
+    naux, nao, nocc = packed.shape[0], mol.nao_nr(), mol.nelectron // 2
+    low = _metric_factor(auxmol)
+    rhs = np.asfortranarray(packed[:, : min(packed.shape[1], 20000)].T)   # (pairs, naux), a chunk's shape
+    _, t_trsm = best(lambda: scipy_blas.dtrsm(1.0, low, rhs, side=1, lower=1, trans_a=1), 2)
+    print(f"nao {nao}, naux {naux}, nocc {nocc}; {machine_description()}")
+    print(f"tensor build (integrals + solve, packed): {t_tensor:.2f} s; triangular solve alone: "
+          f"{naux * naux * rhs.shape[0] / t_trsm / 1e9:.0f} GFLOP/s")
+    src = packed[:rows]
+    full = lib.unpack_tril(src)
+    c = np.linalg.qr(np.random.default_rng(0).standard_normal((nao, nocc)))[0]
+    ct, buf = np.ascontiguousarray(c.T), np.empty((1, nao, nao))
+
+    def unpack_rows():
+        for r in range(rows):
+            with lib.with_omp_threads(1):
+                lib.unpack_tril(src[r : r + 1], out=buf)
+
+    flops = 2.0 * rows * nao * nao * nocc
+    _, t_unpack = best(unpack_rows, 3)
+    _, t_bc = best(lambda: full.reshape(-1, nao) @ c, 3)
+    z, t_ctb = best(lambda: ct @ full.reshape(-1, nao).T, 3)
+    zz = z.reshape(-1, nao)
+    _, t_syrk = best(lambda: zz.T @ zz, 3)
+    print(f"per {rows} rows: unpack one row at a time {t_unpack:.4f} s; half-transform B C {t_bc:.4f} s "
+          f"({flops / t_bc / 1e9:.0f} GFLOP/s), Cᵀ Bᵀ {t_ctb:.4f} s ({flops / t_ctb / 1e9:.0f} GFLOP/s); "
+          f"syrk {t_syrk:.4f} s ({flops / 2 / t_syrk / 1e9:.0f} GFLOP/s); unpacking is "
+          f"{t_unpack / (t_unpack + t_ctb + t_syrk):.0%} of these")
+
+
 def gemm_peak(n: int = 4000) -> None:
     """GFLOP/s of one n×n×n GEMM in fp64 and fp32 (best of 3): the rate the J/K builds are measured against."""
     rng = np.random.default_rng(0)
@@ -108,6 +153,7 @@ def main() -> None:
     ap.add_argument("--cast", action="store_true", help="only time the fp32 copy against per-build conversions")
     ap.add_argument("--layouts", action="store_true", help="also time the unpacked tensor layout")
     ap.add_argument("--stream", action="store_true", help="only time streamed builds from PySCF's HDF5 tensor")
+    ap.add_argument("--parts", action="store_true", help="only time the pieces of a packed fp64 build")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     if args.peak:
@@ -118,6 +164,9 @@ def main() -> None:
         return
     if args.stream:
         stream_costs(mol, args.precision, args.repeat)
+        return
+    if args.parts:
+        part_costs(mol)
         return
     ref = scf.RHF(mol).density_fit()
     ref.with_df.build()

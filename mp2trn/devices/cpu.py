@@ -205,10 +205,10 @@ class CpuDevice(Device):
         straight into the group of Z rows of ``_SYRK_GROUP_BYTES``; K += Zᵀ Z is one syrk per group (its
         inner dimension, rows × nocc, in the thousands however large nao is) and J from ρ_P = B_P·D.
 
-        Cetirizine/cc-pVDZ (nao 507, one row per unpacked chunk), one build: 3.4-3.6 s against 6.7-7.0 s for
-        a tall GEMM X = B C and a syrk per chunk, and 7.8-8.6 s for PySCF's ``get_jk`` (``python
-        scripts/bench_jk.py --xyz molecules/gpu4pyscf/organic/052_Cetirizine.xyz``). Per 64 rows there,
-        measured apart: the GEMM C^T B^T at 90 GFLOP/s against 60-70 for B C (N = nocc is narrow).
+        Cetirizine/cc-pVDZ (nao 507, one row per unpacked chunk), one build: 4.5-4.7 s against 6.7-7.0 s for
+        a tall GEMM X = B C and a syrk per chunk, and 7.6-10.8 s for PySCF's ``get_jk`` (``python
+        scripts/bench_jk.py --xyz molecules/gpu4pyscf/organic/052_Cetirizine.xyz``). Per 64 rows there
+        (``--parts``): the GEMM Cᵀ Bᵀ at 83-86 GFLOP/s against 55 for B C (N = nocc is narrow).
         """
         src, nao = handle.block, handle.nao
         p = src.shape[0]
