@@ -27,10 +27,9 @@ class CpuDevice(Device):
     def __init__(self, precision: str = "fp64"):
         self.precision = precision
         self._dtype = self.mode.compute
-        self._jk_bufs: tuple[np.ndarray, np.ndarray] | None = None   # J/K work buffers, kept between builds
-        self._jk_cast: np.ndarray | None = None   # a few tensor rows in the build's dtype, rewritten each build
-        self._jk_stage: np.ndarray | None = None  # the same rows unpacked in fp64 (packed rows, reduced builds)
-        self._jk_unpacked: np.ndarray | None = None  # packed rows unpacked for an fp64 build, rewritten each build
+        # J/K work buffers kept between builds: "z" a group of Z rows; "unpacked" and "cast" a few tensor
+        # rows unpacked (fp64) and converted to the build's dtype, rewritten for every few rows
+        self._jk_bufs: dict[str, np.ndarray] = {}
         # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
         # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
         # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
@@ -127,7 +126,7 @@ class CpuDevice(Device):
 
     def jk_tensor(self, block, dtype):
         # Unpacked fp64: the host block itself. Reduced precision or packed rows: converted/unpacked at
-        # every build, a few rows at a time into a small reused buffer (_jk_block_chunked), not kept as a
+        # every build, a few rows at a time into a small reused buffer (_jk_rows), not kept as a
         # second copy of the tensor: fresh pages are slow to touch on this kind of machine (Inosine/cc-pVDZ:
         # an fp32 copy of the 1.4 GB tensor 0.7-1.7 s once, against ~7 fp32 builds of 0.28 s converting as
         # they go; scripts/bench_jk.py --cast)
@@ -136,156 +135,100 @@ class CpuDevice(Device):
             return _Cast(block, dtype, nao_of_pairs(block.shape[1]))
         return block if dtype == np.float64 else _Cast(block, dtype, block.shape[1])
 
-    def _jk_block_chunked(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
-        """J/K of one block from its fp64 rows (unpacked, or packed μ ≥ ν), converted to the build's dtype
-        and/or unpacked ``_CAST_CHUNK_BYTES`` at a time into a reused buffer that the GEMMs read while it is
-        still in cache.
-
-        Per chunk of rows P: Z[P, i, ν] = (Cᵀ B_P)[i, ν] for each factor (one batched GEMM), ρ_P from Z,
-        and J += Σ_P ρ_P B_P; then K = Zᵀ Z per factor over the whole block (one syrk). Converting whole
-        256-row blocks before the GEMMs cost 0.361 s per build on Vitamin C/cc-pVTZ against 0.333 s so,
-        0.296 s against 0.277 s on Inosine/cc-pVDZ (``python scripts/bench_jk.py --cast``).
-        """
-        src, dtype, nao = handle.block, handle.dtype, handle.nao
-        p = src.shape[0]
-        packed = src.ndim == 2
-        rows = max(1, int(_CAST_CHUNK_BYTES // (nao * nao * dtype.itemsize)))
-        chunk = self._jk_cast
-        if chunk is None or chunk.dtype != dtype or chunk.shape != (rows, nao, nao):
-            chunk = self._jk_cast = np.empty((rows, nao, nao), dtype)
-        staging = None
-        if packed and dtype != np.float64:   # PySCF unpacks fp64: unpack there, then convert in cache
-            staging = self._jk_stage
-            if staging is None or staging.shape != (rows, nao, nao):
-                staging = self._jk_stage = np.empty((rows, nao, nao))
-        terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
-        zs = [np.empty((p, ct.shape[0], nao), dtype) for ct, _ in terms]
-        dm_flat = np.asarray(dm, dtype=dtype).ravel() if with_j and not terms else None
-        vj = np.zeros(nao * nao, dtype) if with_j else None
-        for r0 in range(0, p, rows):
-            r1 = min(p, r0 + rows)
-            b = chunk[: r1 - r0]
-            if not packed:
-                np.copyto(b, src[r0:r1], casting="same_kind")
-            else:   # one thread: the GEMMs' BLAS threads are still spinning between calls (mp2trn.threads)
-                with lib.with_omp_threads(1):
-                    lib.unpack_tril(src[r0:r1], out=b if staging is None else staging[: r1 - r0])
-                if staging is not None:
-                    np.copyto(b, staging[: r1 - r0], casting="same_kind")
-            rho = np.zeros(r1 - r0, dtype)
-            for (ct, sign), z in zip(terms, zs):
-                np.matmul(ct, b, out=z[r0:r1])
-                if with_j:   # ρ_P = Σ_μν B_P,μν D_μν = Σ_iν Z[P, i, ν] C_νi: nearly free from Z
-                    rho += dtype.type(sign) * (z[r0:r1].reshape(r1 - r0, -1) @ ct.ravel())
-            if with_j:
-                flat = b.reshape(r1 - r0, nao * nao)
-                if dm_flat is not None:   # no Z to reuse
-                    rho = flat @ dm_flat
-                vj += rho @ flat
-        vk = None
-        for (ct, sign), z in zip(terms, zs):
-            zz = z.reshape(-1, nao)
-            part = sign * (zz.T @ zz).astype(np.float64)      # NumPy calls syrk for a.T @ a
-            vk = part if vk is None else vk + part
-        if with_k and vk is None:
-            vk = np.zeros((nao, nao))
-        return (None if vj is None else vj.reshape(nao, nao).astype(np.float64)), vk
-
     def jk_block(self, block, factors, dm, with_j, with_k):
-        if isinstance(block, _Cast) and block.block.ndim == 2 and block.dtype == np.float64:
-            return self._jk_block_unpacking(block, factors, dm, with_j, with_k)
         if isinstance(block, _Cast):
-            return self._jk_block_chunked(block, factors, dm, with_j, with_k)
-        return self._jk_block_fp64(block, factors, dm, with_j, with_k)
+            return self._jk_rows(block.block, block.dtype, block.nao, factors, dm, with_j, with_k)
+        return self._jk_rows(block, np.dtype(np.float64), block.shape[1], factors, dm, with_j, with_k)
 
-    def _jk_block_unpacking(self, handle: "_Cast", factors, dm, with_j: bool, with_k: bool):
-        """fp64 J/K of packed rows: ``_UNPACK_CHUNK_BYTES`` of rows at a time unpacked into a reused
-        buffer that stays in cache (PySCF's unpack, one thread), and from it, while still in cache,
+    def _jk_rows(self, src: np.ndarray, dtype: np.dtype, nao: int, factors, dm, with_j: bool, with_k: bool):
+        """J/K of one block of fp64 tensor rows ``src``, packed (p, nao(nao+1)/2, μ ≥ ν) or unpacked
+        (p, nao, nao), in ``dtype``.
+
+        ``_UNPACK_CHUNK_BYTES`` of rows at a time are unpacked (PySCF's unpack, one thread) and/or
+        converted to ``dtype`` into a reused buffer that stays in cache; from it, while still in cache,
         Z[i, (P, ν)] = Σ_μ C_μi B_P,μν as one GEMM with the long dimension last (B_P is symmetric), written
         straight into the group of Z rows of ``_SYRK_GROUP_BYTES``; K += Zᵀ Z is one syrk per group (its
-        inner dimension, rows × nocc, in the thousands however large nao is) and J from ρ_P = B_P·D.
+        inner dimension, rows × nocc, in the thousands however large nao is), accumulated in fp64.
+        J = Σ_P ρ_P B_P in fp64 on the rows as stored (packed: the lower triangle, unpacked at the end), with
+        ρ_P = Σ_iν Z[i, P, ν] C_νi from Z (nocc·nao per row instead of nao²), or ρ_P = B_P·D without K.
 
-        Cetirizine/cc-pVDZ (nao 507, one row per unpacked chunk), one build: 4.5-4.7 s against 6.7-7.0 s for
-        a tall GEMM X = B C and a syrk per chunk, and 7.6-10.8 s for PySCF's ``get_jk`` (``python
-        scripts/bench_jk.py --xyz molecules/gpu4pyscf/organic/052_Cetirizine.xyz``). Per 64 rows there
-        (``--parts``): the GEMM Cᵀ Bᵀ at 83-86 GFLOP/s against 55 for B C (N = nocc is narrow).
+        Raffinose/cc-pVDZ (nao 636, one row per chunk), one build: fp64 9.3 s against 10.5 s with J from
+        ρ_P = B_P·D and ρ_P B_P on each unpacked row (two passes of nao² per row), PySCF's ``get_jk`` 16.7 s;
+        fp32 4.9 s (``python scripts/bench_jk.py --xyz molecules/gpu4pyscf/organic/066_Raffinose.xyz``).
+        Cetirizine/cc-pVDZ: 4.5-4.7 s against 6.7-7.0 s for a tall GEMM X = B C and a syrk per chunk; the
+        GEMM Cᵀ Bᵀ runs at 83-86 GFLOP/s against 55 for B C (N = nocc is narrow, ``--parts``).
         """
-        src, nao = handle.block, handle.nao
         p = src.shape[0]
-        rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
-        buf = self._jk_unpacked
-        if buf is None or buf.shape != (rows, nao, nao):
-            buf = self._jk_unpacked = np.empty((rows, nao, nao))
-        terms = [(np.ascontiguousarray(c.T), sign) for c, sign in factors if c.shape[1] and with_k]
-        width = max(1, sum(ct.shape[0] for ct, _ in terms))
-        group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * 8))))
-        z_buf, _ = self._jk_workspace(group * width * nao)
-        dm_flat = np.asarray(dm).ravel() if with_j else None
-        vj = np.zeros(nao * nao) if with_j else None
+        packed = src.ndim == 2
+        flat_src = src.reshape(p, -1)
+        terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
+        vj = np.zeros(flat_src.shape[1]) if with_j else None
         vk = np.zeros((nao, nao)) if with_k else None
-        for g0 in range(0, p, group):
-            g1 = min(p, g0 + group)
-            zs, offset = [], 0
-            for ct, _ in terms:   # one Z (nocc·rows of the group, nao) per factor, side by side
-                zs.append(z_buf[offset : offset + ct.shape[0] * (g1 - g0) * nao])
-                offset += ct.shape[0] * (g1 - g0) * nao
-            for r0 in range(g0, g1, rows):
-                r1 = min(g1, r0 + rows)
-                with lib.with_omp_threads(1):   # the GEMMs' BLAS threads still spin between calls
-                    b = lib.unpack_tril(src[r0:r1], out=buf[: r1 - r0])
-                flat = b.reshape(r1 - r0, nao * nao)
-                for (ct, _), z in zip(terms, zs):
-                    n, m = ct.shape[0], (r1 - r0) * nao
-                    part = z[n * (r0 - g0) * nao : n * (r1 - g0) * nao].reshape(n, m)
-                    np.matmul(ct, flat.reshape(m, nao).T, out=part)   # (B_P C)ᵀ = Cᵀ B_P, B_P symmetric
+        if with_j and not terms:   # ρ = B·D on the rows as stored: nothing to unpack
+            weights = lib.pack_tril(2 * np.asarray(dm) - np.diag(np.diag(dm))) if packed else np.asarray(dm).ravel()
+            for r0 in range(0, p, 256):
+                rows = flat_src[r0 : r0 + 256]
+                vj += (rows @ weights) @ rows
+        if terms:
+            rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
+            width = sum(ct.shape[0] for ct, _ in terms)
+            group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * dtype.itemsize))))
+            z_buf = self._jk_buffer("z", group * width * nao, dtype)
+            for g0 in range(0, p, group):
+                g1 = min(p, g0 + group)
+                zs = []
+                for ct, _ in terms:   # one Z (nocc·rows of the group, nao) per factor, side by side
+                    offset = sum(z.size for z in zs)
+                    zs.append(z_buf[offset : offset + ct.shape[0] * (g1 - g0) * nao])
+                rho = np.zeros(g1 - g0)
+                for r0 in range(g0, g1, rows):
+                    r1 = min(g1, r0 + rows)
+                    flat = self._unpacked_rows(src[r0:r1], dtype, nao, rows)
+                    for (ct, sign), z in zip(terms, zs):
+                        n, m = ct.shape[0], (r1 - r0) * nao
+                        part = z[n * (r0 - g0) * nao : n * (r1 - g0) * nao].reshape(n, m)
+                        np.matmul(ct, flat.reshape(m, nao).T, out=part)   # (B_P C)ᵀ = Cᵀ B_P, B_P symmetric
+                        if with_j:
+                            rho[r0 - g0 : r1 - g0] += sign * np.einsum("ipv,iv->p", part.reshape(n, r1 - r0, nao), ct)
                 if with_j:
-                    vj += (flat @ dm_flat) @ flat                     # Σ_P ρ_P B_P, ρ_P = B_P·D
-            for (ct, sign), z in zip(terms, zs):
-                zz = z.reshape(-1, nao)
-                vk += sign * (zz.T @ zz)                              # NumPy calls syrk for a.T @ a
-        return (None if vj is None else vj.reshape(nao, nao)), vk
-
-    def _jk_block_fp64(self, block, factors, dm, with_j, with_k):
-        p, nao, _ = block.shape
-        vj = vk = None
-        rho = np.zeros(p)
-        for c, sign in factors:
-            if c.shape[1] == 0 or not with_k:
-                continue
-            n = c.shape[1]
-            # X[P, μ, i] = Σ_ν B_P,μν C_νi as ONE tall GEMM, then Y[μ, (P, i)] (a copy of nao·p·n, small
-            # next to B) so that K = Y Yᵀ is one syrk (measured: 10-15 % faster than p batched GEMMs in fp64).
-            # X and Y live in buffers kept between builds: fresh arrays this large are new pages from the OS
-            # at every block (measured: 13 ms per copy in an SCF against 6 ms reused).
-            x_buf, y_buf = self._jk_workspace(p * nao * n)
-            x = np.matmul(block.reshape(p * nao, nao), c, out=x_buf[: p * nao * n].reshape(p * nao, n))
-            x = x.reshape(p, nao, n)
-            y = y_buf[: p * nao * n].reshape(nao, p, n)
-            np.copyto(y, x.transpose(1, 0, 2))
-            y = y.reshape(nao, p * n)
-            k_part = y @ y.T                                  # NumPy calls syrk for a @ a.T
-            vk = sign * k_part if vk is None else vk + sign * k_part
-            if with_j:                                        # ρ_P = Σ_μν B_P,μν D_μν from X, nearly free
-                rho += sign * (x.reshape(p, nao * n) @ c.ravel())   # one GEMV, not einsum
-        if with_j:
-            flat = block.reshape(p, nao * nao)
-            if not with_k:                                    # no X to reuse: one pass over the block
-                rho = flat @ np.asarray(dm).ravel()
-            vj = (rho @ flat).reshape(nao, nao)               # Σ_P ρ_P B_P
-        if with_k and vk is None:
-            vk = np.zeros((nao, nao))
+                    vj += rho @ flat_src[g0:g1]                          # Σ_P ρ_P B_P: one GEMV per group
+                for (ct, sign), z in zip(terms, zs):
+                    zz = z.reshape(-1, nao)
+                    vk += sign * (zz.T @ zz)                             # NumPy calls syrk for a.T @ a
+        if vj is not None:
+            vj = lib.unpack_tril(vj) if packed else vj.reshape(nao, nao)
         return vj, vk
 
-    def _jk_workspace(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """Two fp64 buffers of at least ``size`` elements, kept for the next J/K build."""
-        bufs = self._jk_bufs
-        if bufs is None or bufs[0].size < size:
-            bufs = self._jk_bufs = (np.empty(size), np.empty(size))
-        return bufs
+    def _unpacked_rows(self, rows: np.ndarray, dtype: np.dtype, nao: int, capacity: int) -> np.ndarray:
+        """Tensor rows (r, nao, nao) in ``dtype``, flat (r, nao²): the rows themselves when they are unpacked
+        fp64, else unpacked (one thread: the GEMMs' BLAS threads still spin between calls, mp2trn.threads)
+        and/or converted into buffers of ``capacity`` rows kept between builds."""
+        r = rows.shape[0]
+        if rows.ndim == 3 and dtype == np.float64:
+            return rows.reshape(r, nao * nao)
+        stage = rows
+        if rows.ndim == 2:   # PySCF unpacks fp64: unpack there, then convert in cache
+            stage = self._jk_buffer("unpacked", capacity * nao * nao, np.float64)[: r * nao * nao].reshape(r, nao, nao)
+            with lib.with_omp_threads(1):
+                lib.unpack_tril(rows, out=stage)
+        if dtype != np.float64:
+            cast = self._jk_buffer("cast", capacity * nao * nao, dtype)[: r * nao * nao].reshape(r, nao, nao)
+            np.copyto(cast, stage, casting="same_kind")
+            stage = cast
+        return stage.reshape(r, nao * nao)
+
+    def _jk_buffer(self, name: str, size: int, dtype) -> np.ndarray:
+        """The work buffer ``name`` with at least ``size`` elements of ``dtype``, kept for the next J/K build:
+        fresh arrays this large are new pages from the OS at every block (measured: 13 ms per copy in an SCF
+        against 6 ms reused)."""
+        buf = self._jk_bufs.get(name)
+        if buf is None or buf.size < size or buf.dtype != dtype:
+            buf = self._jk_bufs[name] = np.empty(size, dtype)
+        return buf
 
     def release_jk(self) -> None:
         """Drop the J/K work buffers (after the SCF)."""
-        self._jk_bufs = self._jk_cast = self._jk_stage = self._jk_unpacked = None
+        self._jk_bufs = {}
 
     def contract_aux(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """T block = xᵀ y over the aux index: x (naux, m), y (naux, n) → (m, n).
@@ -295,10 +238,8 @@ class CpuDevice(Device):
         return x.T @ y
 
 
-#: the rows of a reduced-precision tensor block converted at a time: a few MB, so that they are still in
-#: cache when the GEMMs read them (Inosine/cc-pVDZ: 9 rows, Vitamin C/cc-pVTZ: 4)
-_CAST_CHUNK_BYTES = 4e6
-#: packed rows unpacked at a time for an fp64 build: enough rows for a tall GEMM, small next to the tensor
+#: tensor rows unpacked and/or converted at a time (as fp64): a few MB, so that they are still in cache
+#: when the GEMMs read them (Inosine/cc-pVDZ: 4 rows, Cetirizine: 1)
 _UNPACK_CHUNK_BYTES = 4e6
 #: the half-transformed rows gathered for one exchange syrk: its inner dimension (rows × nocc) in the
 #: thousands, the group a few MB (Cetirizine/cc-pVDZ: 38 rows)
