@@ -47,10 +47,13 @@ class PrecisionSchedule:
 
     Raising the precision as the SCF converges follows the adaptive-precision scheme of Huang, Shao and
     Hammond (arXiv 2601.08077), who switch on |ΔE/E|. Here the switch watches the orbital gradient (the
-    norm PySCF reports, ``norm_gorb``) instead: on Inosine/cc-pVDZ an fp32 SCF follows the fp64 one's
-    gradient cycle for cycle down to ~1e-3 and keeps it falling to ~3e-4, while its energy already jitters
-    by ~1e-5 Eh, so an energy rule switched after 7 fp32 cycles and left 10 to fp64, where this one runs 12
-    and 7 (`python scripts/bench_scf_jk.py --trace`).
+    norm PySCF reports, ``norm_gorb``) instead: the reduced builds take J in fp64 (the CPU device's ρ_P and
+    Σ_P ρ_P B_P read the fp64 tensor; only K is fp32), and so an fp32 SCF follows the fp64 one's gradient
+    cycle for cycle down to ~1e-4 and keeps it falling to ~1.5e-5, while its energy sits ~2e-5 Eh off
+    (`python scripts/bench_scf_jk.py --trace`). Switching at 1e-4 leaves 4 fp64 cycles where 3e-4 left 6
+    (Inosine/cc-pVDZ: 13 + 4 against 11 + 6, `--grad-sweep 3e-4 1e-4 3e-5 1.5e-5`; below 1e-4 the fp32
+    cycles grow and the fp64 ones stay at 4); Cetirizine/cc-pVDZ's SCF 79.7 s against 93.1 s
+    (fp32 ×11 → fp64 ×4 against ×10 → ×6).
 
     The switch comes when the gradient norm falls below ``switch_grad``, when it stops falling (above
     ``stall_ratio`` of the previous cycle's after ``min_reduced`` reduced cycles: the noise floor), or after
@@ -59,7 +62,7 @@ class PrecisionSchedule:
 
     start: Precision
     final: Precision = field(default_factory=lambda: get_precision("fp64"))
-    switch_grad: float = 3e-4
+    switch_grad: float = 1e-4
     stall_ratio: float = 0.7
     switch_rel: float = 0.0
     max_reduced: int = 15

@@ -326,7 +326,7 @@ def _after_cycles(sched, grads, energies=None):
 
 
 def test_mixed_schedule_switches_below_the_gradient_threshold():
-    assert _after_cycles(_schedule(), [1.0, 0.3, 0.1, 3e-2, 1e-2, 3e-3, 1e-3, 5e-4, 2.9e-4, 1e-4]) == 9
+    assert _after_cycles(_schedule(), [1.0, 0.3, 0.1, 3e-2, 1e-2, 3e-3, 1e-3, 5e-4, 2e-4, 9.9e-5, 5e-5]) == 10
 
 
 def test_mixed_schedule_switches_when_the_gradient_stalls_but_not_in_the_first_cycles():
@@ -337,7 +337,7 @@ def test_mixed_schedule_switches_when_the_gradient_stalls_but_not_in_the_first_c
 def test_mixed_schedule_ignores_fp32_energy_jitter_and_stops_after_max_reduced():
     sched = _schedule()
     jitter = [-100.0 + (1e-5 if k % 2 else -1e-5) for k in range(20)]   # the energy rises every other cycle
-    grads = [0.5 ** k for k in range(20)]                              # falling 2x a cycle, never below 3e-4 in 11
+    grads = [0.5 ** k for k in range(20)]                              # falling 2x a cycle, never below 1e-4 in 11
     assert _after_cycles(sched, grads[:11], jitter[:11]) is None
     assert _after_cycles(_schedule(), [1.0] + [0.69 ** k for k in range(1, 20)]) == sched.max_reduced
 

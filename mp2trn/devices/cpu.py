@@ -38,7 +38,8 @@ class CpuDevice(Device):
     def describe(self) -> dict[str, Any]:
         info = {"device": self.name, "precision": self.precision, "backend": f"numpy {np.__version__} ({_blas_name()})"}
         if self.mode.compute != np.float64:
-            info["precision_detail"] = "AO->MO transform in fp64; metric solve and pair step in fp32; pair sums in fp64"
+            info["precision_detail"] = ("AO->MO transform in fp64; metric solve and pair step in fp32; pair sums in fp64; "
+                                        "reduced SCF builds: K in fp32, J in fp64")
         return info
 
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
@@ -164,8 +165,10 @@ class CpuDevice(Device):
         terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
         vj = np.zeros(flat_src.shape[1]) if with_j else None
         vk = np.zeros((nao, nao)) if with_k else None
-        if with_j and not terms:   # ρ = B·D on the rows as stored: nothing to unpack
-            weights = lib.pack_tril(2 * np.asarray(dm) - np.diag(np.diag(dm))) if packed else np.asarray(dm).ravel()
+        # ρ_P = B_P·D in fp64 on the rows as stored (packed: off-diagonal pairs count twice)
+        weights = (lib.pack_tril(2 * np.asarray(dm) - np.diag(np.diag(dm))) if packed else np.asarray(dm).ravel()) \
+            if with_j else None
+        if with_j and not terms:   # nothing to unpack
             for r0 in range(0, p, 256):
                 rows = flat_src[r0 : r0 + 256]
                 vj += (rows @ weights) @ rows
@@ -184,12 +187,12 @@ class CpuDevice(Device):
                 for r0 in range(g0, g1, rows):
                     r1 = min(g1, r0 + rows)
                     flat = self._unpacked_rows(src[r0:r1], dtype, nao, rows)
-                    for (ct, sign), z in zip(terms, zs):
+                    if with_j:   # the rows just read, still in cache
+                        rho[r0 - g0 : r1 - g0] = flat_src[r0:r1] @ weights
+                    for (ct, _), z in zip(terms, zs):
                         n, m = ct.shape[0], (r1 - r0) * nao
                         part = z[n * (r0 - g0) * nao : n * (r1 - g0) * nao].reshape(n, m)
                         np.matmul(ct, flat.reshape(m, nao).T, out=part)   # (B_P C)ᵀ = Cᵀ B_P, B_P symmetric
-                        if with_j:
-                            rho[r0 - g0 : r1 - g0] += sign * np.einsum("ipv,iv->p", part.reshape(n, r1 - r0, nao), ct)
                 if with_j:
                     vj += rho @ flat_src[g0:g1]                          # Σ_P ρ_P B_P: one GEMV per group
                 for (ct, sign), z in zip(terms, zs):
