@@ -52,8 +52,9 @@ class PrecisionSchedule:
     cycle for cycle down to ~1e-4 and keeps it falling to ~1.5e-5, while its energy sits ~2e-5 Eh off
     (`python scripts/bench_scf_jk.py --trace`). Switching at 1e-4 leaves 4 fp64 cycles where 3e-4 left 6
     (Inosine/cc-pVDZ: 13 + 4 against 11 + 6, `--grad-sweep 3e-4 1e-4 3e-5 1.5e-5`; below 1e-4 the fp32
-    cycles grow and the fp64 ones stay at 4); Cetirizine/cc-pVDZ's SCF 79.7 s against 93.1 s
-    (fp32 ×11 → fp64 ×4 against ×10 → ×6).
+    cycles grow and the fp64 ones stay at 4); Cetirizine/cc-pVDZ: fp32 ×11 → fp64 ×4 in 53.7 s against
+    ×10 → ×6 in 76.6 s (the fp64 SCF: 15 cycles, 66.5 s; ``--xyz
+    molecules/gpu4pyscf/organic/052_Cetirizine.xyz --grad-sweep 3e-4 1e-4``).
 
     The switch comes when the gradient norm falls below ``switch_grad``, when it stops falling (above
     ``stall_ratio`` of the previous cycle's after ``min_reduced`` reduced cycles: the noise floor), or after

@@ -6,12 +6,14 @@
     python scripts/bench_scaling.py --repeat 2               # each code twice per molecule, the faster kept
     python scripts/bench_scaling.py --only inosine --records scaling.jsonl   # re-measure one molecule, then
                                                              # table, fit and plot over every stored row
+    python scripts/bench_scaling.py --report --records docs/scaling.jsonl   # only table, fits and plot
 
 Every run is a fresh process. PySCF (scripts/pyscf_whole_run.py: DF-RHF + DFMP2, the same bases) runs with
 OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4, the fair peer; mp2trn runs as it comes. Each run reports
 its wall time per stage, SCF cycles, peak resident memory (ru_maxrss of its own process) and whether the
 SCF tensor stayed resident or was streamed. Prints a Markdown table, fits t ∝ nao^k per code (least squares
-on log t against log nao) and writes a log-log plot (``--plot``, default docs/scaling.png). A benchmark,
+on log t against log nao), says how much each fit hangs on single runs (each molecule left out in turn;
+every code's slowest run instead of its fastest) and writes a log-log plot (``--plot``, default docs/scaling.png). A benchmark,
 not a test: ratios measured in one run. On a noisy machine ``--repeat N`` runs the three codes N times per
 molecule, interleaved (PySCF, fp64, fp32, PySCF, ...), and keeps each code's fastest run (``runs`` in the
 records holds every time).
@@ -84,6 +86,33 @@ def exponent(naos: list[int], seconds: list[float]) -> float:
     return float(np.polyfit(np.log(naos), np.log(seconds), 1)[0])
 
 
+CODES = (("PySCF tuned", "pyscf"), ("mp2trn fp64", "fp64"), ("mp2trn fp32", "fp32"))
+
+
+def load(path: Path) -> list[dict]:
+    """The stored rows of a records file (JSON lines), sorted by the number of basis functions."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(rows, key=lambda r: r["fp64"]["nao"])
+
+
+def robustness(rows: list[dict]) -> str:
+    """How much the exponents depend on single runs: k with each molecule left out in turn (min–max), and
+    k from every code's slowest run per molecule (the ``runs`` of the records) instead of its fastest."""
+    naos = [r["fp64"]["nao"] for r in rows]
+    lines = []
+    if len(rows) >= 3:
+        ranges = []
+        for label, key in CODES:
+            ks = [exponent(naos[:i] + naos[i + 1:], [r[key]["seconds"] for j, r in enumerate(rows) if j != i])
+                  for i in range(len(rows))]
+            ranges.append(f"{label} {min(ks):.2f}–{max(ks):.2f}")
+        lines.append("k with one molecule left out: " + ", ".join(ranges))
+    if all(r.get("runs") for r in rows):
+        slow = {label: exponent(naos, [max(r["runs"][key]) for r in rows]) for label, key in CODES}
+        lines.append("k from each code's slowest run: " + ", ".join(f"{k} {v:.2f}" for k, v in slow.items()))
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated names: " + ", ".join(MOLECULES))
@@ -94,11 +123,10 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "scaling.png")
     ap.add_argument("--records", type=Path, help="JSON lines of measured rows: new rows replace stored ones of "
                     "the same molecule, and the table, fit and plot cover every stored row")
+    ap.add_argument("--report", action="store_true", help="run nothing: table, fits and plot from --records")
     args = ap.parse_args()
-    names = args.only.split(",") if args.only else list(MOLECULES)
-    stored = {}
-    if args.records and args.records.exists():
-        stored = {r["name"]: r for r in map(json.loads, args.records.read_text().splitlines()) if r}
+    names = [] if args.report else args.only.split(",") if args.only else list(MOLECULES)
+    stored = {r["name"]: r for r in load(args.records)} if args.records and args.records.exists() else {}
     for name in names:
         path = MOLECULES[name]
         runs: dict[str, list[dict]] = {"pyscf": [], "fp64": [], "fp32": []}
@@ -116,25 +144,33 @@ def main() -> None:
     repeats = sorted({len(r.get("runs", {}).get("pyscf", [0])) for r in rows})
     print(f"\n{args.basis}, budget {args.memory:.0f} MB, fastest of {'/'.join(map(str, repeats))} run(s) per code. "
           f"Machine: {machine_description()}\n")
-    print("| molecule | nao | PySCF tuned (s) | mp2trn fp64 (s) | mp2trn fp32 (s) | speed-up fp64 / fp32 "
-          "| SCF s: PySCF / fp64 / fp32 | cycles PySCF / fp64 / fp32 | peak RSS GB: PySCF / fp64 / fp32 "
-          "| SCF tensor (fp64 run) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for r in rows:
-        p, a, b = r["pyscf"], r["fp64"], r["fp32"]
-        print(f"| {r['name']} | {a['nao']} | {p['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds']:.1f} "
-              f"| {p['seconds'] / a['seconds']:.2f}× / {p['seconds'] / b['seconds']:.2f}× "
-              f"| {p['scf_seconds']:.1f} / {a['stages']['scf']:.1f} / {b['stages']['scf']:.1f} "
-              f"| {p['cycles']} / {a['cycles']} / {b['cycles']} "
-              f"| {p['peak_rss_mb'] / 1e3:.2f} / {a['peak_rss_mb'] / 1e3:.2f} / {b['peak_rss_mb'] / 1e3:.2f} "
-              f"| {a['tensor']} |")
+    print(table(rows))
     if len(rows) >= 2:
         naos = [r["fp64"]["nao"] for r in rows]
-        fits = {label: exponent(naos, [r[key]["seconds"] for r in rows])
-                for label, key in (("PySCF tuned", "pyscf"), ("mp2trn fp64", "fp64"), ("mp2trn fp32", "fp32"))}
-        print("\ncost exponent k (t ∝ nao^k): " + ", ".join(f"{k} {v:.2f}" for k, v in fits.items()))
-        plot(rows, fits, args.plot)
+        plot(rows, {label: exponent(naos, [r[key]["seconds"] for r in rows]) for label, key in CODES}, args.plot)
         print(f"plot: {args.plot}")
+
+
+def table(rows: list[dict]) -> str:
+    """The Markdown table of the stored rows (sorted by nao), the fitted exponents and how robust they are."""
+    lines = ["| molecule | nao | PySCF tuned (s) | mp2trn fp64 (s) | mp2trn fp32 (s) | speed-up fp64 / fp32 "
+             "| SCF s: PySCF / fp64 / fp32 | cycles PySCF / fp64 / fp32 | peak RSS GB: PySCF / fp64 / fp32 "
+             "| SCF tensor (fp64 run) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        p, a, b = r["pyscf"], r["fp64"], r["fp32"]
+        lines.append(f"| {r['name']} | {a['nao']} | {p['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds']:.1f} "
+                     f"| {p['seconds'] / a['seconds']:.2f}× / {p['seconds'] / b['seconds']:.2f}× "
+                     f"| {p['scf_seconds']:.1f} / {a['stages']['scf']:.1f} / {b['stages']['scf']:.1f} "
+                     f"| {p['cycles']} / {a['cycles']} / {b['cycles']} "
+                     f"| {p['peak_rss_mb'] / 1e3:.2f} / {a['peak_rss_mb'] / 1e3:.2f} / {b['peak_rss_mb'] / 1e3:.2f} "
+                     f"| {a['tensor']} |")
+    if len(rows) >= 2:
+        naos = [r["fp64"]["nao"] for r in rows]
+        fits = {label: exponent(naos, [r[key]["seconds"] for r in rows]) for label, key in CODES}
+        lines += ["", "cost exponent k (t ∝ nao^k): " + ", ".join(f"{k} {v:.2f}" for k, v in fits.items())]
+        lines.append(robustness(rows))
+    return "\n".join(lines)
 
 
 def plot(rows: list[dict], fits: dict[str, float], path: Path) -> None:
