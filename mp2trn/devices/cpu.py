@@ -150,12 +150,16 @@ class CpuDevice(Device):
         Z[i, (P, ν)] = Σ_μ C_μi B_P,μν as one GEMM with the long dimension last (B_P is symmetric), written
         straight into the group of Z rows of ``_SYRK_GROUP_BYTES``; K += Zᵀ Z is one syrk per group (its
         inner dimension, rows × nocc, in the thousands however large nao is), accumulated in fp64.
-        J = Σ_P ρ_P B_P in fp64 on the rows as stored (packed: the lower triangle, unpacked at the end), with
-        ρ_P = Σ_iν Z[i, P, ν] C_νi from Z (nocc·nao per row instead of nao²), or ρ_P = B_P·D without K.
+        J = Σ_P ρ_P B_P with ρ_P = B_P·D, both in fp64 on the rows as stored (packed: the lower triangle,
+        unpacked at the end): ρ_P as each row is unpacked (the row still in cache), Σ_P ρ_P B_P as one GEMV
+        per group; without K nothing is unpacked. So a reduced-precision build has fp32 K and fp64 J, which
+        lets a mixed SCF follow the fp64 one further (:class:`mp2trn.jk.PrecisionSchedule`).
 
-        Raffinose/cc-pVDZ (nao 636, one row per chunk), one build: fp64 9.3 s against 10.5 s with J from
-        ρ_P = B_P·D and ρ_P B_P on each unpacked row (two passes of nao² per row), PySCF's ``get_jk`` 16.7 s;
-        fp32 4.9 s (``python scripts/bench_jk.py --xyz molecules/gpu4pyscf/organic/066_Raffinose.xyz``).
+        Raffinose/cc-pVDZ (nao 636, one row per chunk), one build (``python scripts/bench_jk.py --xyz
+        molecules/gpu4pyscf/organic/066_Raffinose.xyz``): fp64 9.3 s against 10.5 s when J took two passes
+        of nao² over each unpacked row, PySCF's ``get_jk`` 16.7 s (ρ_P then read off Z; reading it off the
+        row instead costs nothing visible: later, on a slower stretch of this VM, fp64 11.0 s against PySCF's
+        21.0 s, fp32 6.8 s with J equal to PySCF's to 4e-14).
         Cetirizine/cc-pVDZ: 4.5-4.7 s against 6.7-7.0 s for a tall GEMM X = B C and a syrk per chunk; the
         GEMM Cᵀ Bᵀ runs at 83-86 GFLOP/s against 55 for B C (N = nocc is narrow, ``--parts``).
         """
