@@ -108,6 +108,7 @@ def part_costs(mol, rows: int = 64) -> None:
     naux, nao, nocc = packed.shape[0], mol.nao_nr(), mol.nelectron // 2
     low = _metric_factor(auxmol)
     rhs = np.asfortranarray(packed[:, : min(packed.shape[1], 20000)].T)   # (pairs, naux), a chunk's shape
+
     def solve_in_place() -> float:   # in place, as df._solved_rows solves (a copy's fresh pages are slow here)
         x = rhs.copy(order="F")
         with one_blas_pool("scipy"):   # SciPy's BLAS on the cores, as df._solved_rows runs it

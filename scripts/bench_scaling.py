@@ -89,26 +89,31 @@ def exponent(naos: list[int], seconds: list[float]) -> float:
 CODES = (("PySCF tuned", "pyscf"), ("mp2trn fp64", "fp64"), ("mp2trn fp32", "fp32"))
 
 
+def by_nao(rows) -> list[dict]:
+    return sorted(rows, key=lambda r: r["fp64"]["nao"])
+
+
 def load(path: Path) -> list[dict]:
     """The stored rows of a records file (JSON lines), sorted by the number of basis functions."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return sorted(rows, key=lambda r: r["fp64"]["nao"])
+    return by_nao(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+
+
+def fits(rows: list[dict], seconds=lambda r, key: r[key]["seconds"]) -> dict[str, float]:
+    """Each code's exponent k over ``rows``, from ``seconds(row, code)`` (default: its kept, fastest run)."""
+    naos = [r["fp64"]["nao"] for r in rows]
+    return {label: exponent(naos, [seconds(r, key) for r in rows]) for label, key in CODES}
 
 
 def robustness(rows: list[dict]) -> str:
     """How much the exponents depend on single runs: k with each molecule left out in turn (min–max), and
     k from every code's slowest run per molecule (the ``runs`` of the records) instead of its fastest."""
-    naos = [r["fp64"]["nao"] for r in rows]
     lines = []
     if len(rows) >= 3:
-        ranges = []
-        for label, key in CODES:
-            ks = [exponent(naos[:i] + naos[i + 1:], [r[key]["seconds"] for j, r in enumerate(rows) if j != i])
-                  for i in range(len(rows))]
-            ranges.append(f"{label} {min(ks):.2f}–{max(ks):.2f}")
-        lines.append("k with one molecule left out: " + ", ".join(ranges))
+        left_out = [fits(rows[:i] + rows[i + 1:]) for i in range(len(rows))]
+        lines.append("k with one molecule left out: " + ", ".join(
+            f"{label} {min(f[label] for f in left_out):.2f}–{max(f[label] for f in left_out):.2f}" for label, _ in CODES))
     if all(r.get("runs") for r in rows):
-        slow = {label: exponent(naos, [max(r["runs"][key]) for r in rows]) for label, key in CODES}
+        slow = fits(rows, lambda r, key: max(r["runs"][key]))
         lines.append("k from each code's slowest run: " + ", ".join(f"{k} {v:.2f}" for k, v in slow.items()))
     return "\n".join(lines)
 
@@ -140,14 +145,13 @@ def main() -> None:
         if args.records:
             args.records.write_text("".join(json.dumps(r) + "\n" for r in stored.values()))
         print(f"done {name}", file=sys.stderr, flush=True)
-    rows = sorted(stored.values(), key=lambda r: r["fp64"]["nao"])
+    rows = by_nao(stored.values())
     repeats = sorted({len(r.get("runs", {}).get("pyscf", [0])) for r in rows})
     print(f"\n{args.basis}, budget {args.memory:.0f} MB, fastest of {'/'.join(map(str, repeats))} run(s) per code. "
           f"Machine: {machine_description()}\n")
     print(table(rows))
     if len(rows) >= 2:
-        naos = [r["fp64"]["nao"] for r in rows]
-        plot(rows, {label: exponent(naos, [r[key]["seconds"] for r in rows]) for label, key in CODES}, args.plot)
+        plot(rows, fits(rows), args.plot)
         print(f"plot: {args.plot}")
 
 
@@ -166,9 +170,7 @@ def table(rows: list[dict]) -> str:
                      f"| {p['peak_rss_mb'] / 1e3:.2f} / {a['peak_rss_mb'] / 1e3:.2f} / {b['peak_rss_mb'] / 1e3:.2f} "
                      f"| {a['tensor']} |")
     if len(rows) >= 2:
-        naos = [r["fp64"]["nao"] for r in rows]
-        fits = {label: exponent(naos, [r[key]["seconds"] for r in rows]) for label, key in CODES}
-        lines += ["", "cost exponent k (t ∝ nao^k): " + ", ".join(f"{k} {v:.2f}" for k, v in fits.items())]
+        lines += ["", "cost exponent k (t ∝ nao^k): " + ", ".join(f"{k} {v:.2f}" for k, v in fits(rows).items())]
         lines.append(robustness(rows))
     return "\n".join(lines)
 

@@ -172,10 +172,8 @@ class CpuDevice(Device):
         # ρ_P = B_P·D in fp64 on the rows as stored (packed: off-diagonal pairs count twice)
         weights = (lib.pack_tril(2 * np.asarray(dm) - np.diag(np.diag(dm))) if packed else np.asarray(dm).ravel()) \
             if with_j else None
-        if with_j and not terms:   # nothing to unpack
-            for r0 in range(0, p, 256):
-                rows = flat_src[r0 : r0 + 256]
-                vj += (rows @ weights) @ rows
+        if with_j and not terms:   # nothing to unpack: two GEMVs over the block
+            vj += (flat_src @ weights) @ flat_src
         if terms:
             rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
             width = sum(ct.shape[0] for ct, _ in terms)
