@@ -101,7 +101,7 @@ def pool_note() -> str:
     threads = _ORIGINAL.get(mine[0].filepath, mine[0].num_threads)
     held = sorted({_label(lib) for lib in others if _ORIGINAL.get(lib.filepath, lib.num_threads) > 1})
     rest = f"; {', '.join(held)} BLAS held to 1 thread while NumPy's runs" if held else ""
-    return f"NumPy's {mine[0].internal_api}, {threads} threads{rest}"
+    return f"NumPy's {mine[0].internal_api}, {threads} thread{'' if threads == 1 else 's'}{rest}"
 
 
 __all__ = ["one_blas_pool", "pool_note"]

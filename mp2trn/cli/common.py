@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape  # error text may contain [brackets], e.g. "mp2trn[neuron]"
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -31,8 +31,32 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+
+
+#: Columns of a console whose output is no terminal (a log file, a pipe, a batch job): wider than any table
+#: mp2trn prints, so that every cell is printed in full (rich's own choice there is 80 columns, which cuts
+#: numbers to "3417.4…"). Tables stay as narrow as their contents; only text longer than this wraps.
+LOG_WIDTH = 1000
+
+
+class LogSafeConsole(Console):
+    """rich's console, laid out :data:`LOG_WIDTH` columns wide whenever its output is not a terminal.
+
+    Decided at each print, from where the output goes then (the file or pipe of a redirected run, or the
+    stream a test captures), not once at import."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = Console.size.fget(self)
+        return dims if self.is_terminal else ConsoleDimensions(LOG_WIDTH, dims.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+console = LogSafeConsole()
+err_console = LogSafeConsole(stderr=True)
 
 
 class Unit(str, Enum):
@@ -192,11 +216,6 @@ def cli_errors(func):
             raise typer.Exit(70) from None
 
     return wrapper
-
-
-def wide_console() -> Console:
-    """The normal console on a terminal; a wide one when piped, so tables are not truncated."""
-    return console if console.is_terminal else Console(width=240, force_terminal=False, highlight=False)
 
 
 class StageProgress:

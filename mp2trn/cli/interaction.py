@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..files import check_output_path
 from ..result import HARTREE_TO_KCAL
-from .common import (Quiet, app, cli_errors, err_console, finish, options_from_flags, wide_console,
+from .common import (Quiet, app, cli_errors, console, err_console, finish, options_from_flags,
                      with_run_flags)
 
 
@@ -59,7 +59,6 @@ def interaction(
 def print_interaction(ie, title: str) -> None:
     from ..interaction import DELTA_KEYS, DELTA_LABELS
 
-    out = wide_console()
     cp = "counterpoise-corrected" if ie.counterpoise else "no counterpoise correction"
     t = Table(title=f"Interaction energy ({cp}): {title}", title_justify="left")
     t.add_column("ΔE")
@@ -67,7 +66,7 @@ def print_interaction(ie, title: str) -> None:
     t.add_column("kcal/mol", justify="right")
     for key in DELTA_KEYS:
         t.add_row(DELTA_LABELS[key], f"{ie.delta[key]:.10f}", f"{ie.delta[key] * HARTREE_TO_KCAL:.4f}")
-    out.print(t)
+    console.print(t)
     c = Table(title="Calculations (ΔE = complex − Σ fragments)", title_justify="left")
     for col in ("calculation", "atoms", "ghosts", "charge", "mult", "ref", "nao", "naux", "E_SCF (Eh)",
                 "E_corr MP2 (Eh)", "t SCF (s)", "t MP2 (s)"):
@@ -77,7 +76,7 @@ def print_interaction(ie, title: str) -> None:
         c.add_row(calc.label, str(calc.n_real), str(calc.n_ghost), str(calc.charge), str(calc.multiplicity),
                   r.reference, str(r.sizes["nao"]), str(r.sizes["naux"]), f"{r.e_hf:.10f}", f"{r.e_corr:.10f}",
                   f"{calc.t_scf:.2f}", f"{calc.t_mp2:.2f}")
-    out.print(c)
+    console.print(c)
     w = ie.what_ran
     info = Table(title="What ran", title_justify="left", show_header=False)
     info.add_column("key")
@@ -91,4 +90,4 @@ def print_interaction(ie, title: str) -> None:
     info.add_row("fragments", "; ".join(f"{f.describe()}: charge {f.charge}, multiplicity {f.multiplicity}"
                                         for f in ie.fragments))
     info.add_row("time", f"{ie.timings['total']:.2f} s (SCF {ie.timings['scf']:.2f} s, MP2 {ie.timings['mp2']:.2f} s)")
-    out.print(info)
+    console.print(info)

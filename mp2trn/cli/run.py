@@ -208,8 +208,10 @@ def what_ran_table(result: MP2Result) -> Table:
     if result.parallel:
         table.add_row("ranks", ranks_summary(result.parallel))
     if result.gradient is not None:
+        strips, iterations = w.get("gradient_strips"), w.get("zvector_iterations")
         table.add_row("gradient", f"{w.get('gradient')}: pair sweep on {w.get('gradient_pairs')} "
-                      f"({w.get('gradient_strips')} strips), Z-vector {w.get('zvector_iterations')} iterations with "
+                      f"({strips} strip{'' if strips == 1 else 's'}), Z-vector {iterations} "
+                      f"iteration{'' if iterations == 1 else 's'} with "
                       f"{w.get('gradient_jk')}, derivative integrals {w.get('derivative_integrals')}")
     return table
 
@@ -275,11 +277,33 @@ def dipole_table(result: MP2Result) -> Table:
     return table
 
 
+#: natural orbitals printed on either side of the frontier (--json holds every occupation, --molden the orbitals)
+FRONTIER_NOS = 5
+
+
+def natural_occupations_table(result: MP2Result) -> Table:
+    """The natural occupations (spin-summed, 0..2 electrons) of the relaxed MP2 density around the frontier:
+    the FRONTIER_NOS natural orbitals up to the ⌈N/2⌉-th and as many after it (N = their sum, the electron
+    count), and the sum itself as a check."""
+    occupations = result.natural_occupations
+    total = float(sum(occupations))
+    frontier = -(-round(total) // 2)                     # ⌈N/2⌉: the last orbital occupied in the SCF
+    first, last = max(0, frontier - FRONTIER_NOS), min(len(occupations), frontier + FRONTIER_NOS)
+    table = Table(title="Natural occupations", title_justify="left")
+    table.add_column(f"NO (of {len(occupations)})", justify="right")
+    table.add_column("relaxed MP2", justify="right")
+    for k in range(first, last):
+        table.add_row(str(k + 1), f"{occupations[k]:.6f}")
+    table.add_row("sum", f"{total:.6f}", style="dim")
+    return table
+
+
 def print_result(result: MP2Result, title: str) -> None:
     console.print(energy_table(result, title))
     if result.gradient is not None:
         console.print(gradient_table(result))
         console.print(dipole_table(result))
+        console.print(natural_occupations_table(result))
     console.print(what_ran_table(result))
     if result.cost:
         from ..costreport import cost_table  # noqa: PLC0415

@@ -21,7 +21,7 @@ from ..files import check_output_dir
 from ..options import DEFAULTS, parse_frozen
 from .common import (AuxBasis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
                      ScratchDir, TargetFlag,
-                     app, cli_errors, err_console, options_from_flags, wide_console)
+                     app, cli_errors, console, err_console, options_from_flags)
 
 
 @app.command()
@@ -85,8 +85,8 @@ def validate(
         tolerance = tol if tol is not None else tolerance_for(dev.precision)
         noun = "molecules" if mset.kind == "energy" else "complexes"
         if not quiet:
-            wide_console().print(f"validating set [bold]{mset.name}[/] ({len(entries)} {noun}) on device {dev.name}, "
-                                 f"precision {dev.precision}; tolerance {tolerance:g} Eh", highlight=False)
+            console.print(f"validating set [bold]{mset.name}[/] ({len(entries)} {noun}) on device {dev.name}, "
+                          f"precision {dev.precision}; tolerance {tolerance:g} Eh", highlight=False)
 
         def on_row(row):
             if not quiet and err_console.is_terminal:
@@ -105,16 +105,15 @@ def validate(
     doc = validation_document(mset, cfg, rows, summary, device_ran, precision_ran, tolerance, command)
     files = write_reports(out, mset, doc, tol_text)
     if not quiet:
-        wide = wide_console()
         title = f"{mset.name}: mp2trn ({device_ran}, {precision_ran}) vs PySCF"
         if mset.kind == "energy":
-            wide.print(energy_table(rows, title + " DF-MP2 (energies Eh, |Δ| and DF error µEh, times s)"))
+            console.print(energy_table(rows, title + " DF-MP2 (energies Eh, |Δ| and DF error µEh, times s)"))
         else:
-            wide.print(interaction_table(rows, title + " (ΔE kcal/mol, counterpoise-corrected; times s)"))
+            console.print(interaction_table(rows, title + " (ΔE kcal/mol, counterpoise-corrected; times s)"))
         for line in summary_lines(mset.kind, summary, tol_text):
-            wide.print(line, highlight=False)
-        wide.print(f"written to {out}: {', '.join(files)}"
-                   + ("" if files[-1].endswith(".png") else " (no plot: matplotlib not installed)"), highlight=False)
+            console.print(line, highlight=False)
+        console.print(f"written to {out}: {', '.join(files)}"
+                      + ("" if files[-1].endswith(".png") else " (no plot: matplotlib not installed)"), highlight=False)
     failed = len(rows) - summary["passed"]
     if failed:
         err_console.print(f"[bold red]validation failed:[/] {failed} of {len(rows)} entries "
