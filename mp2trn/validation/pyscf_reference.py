@@ -3,17 +3,41 @@
 PySCF's ``DFMP2``/``DFUMP2`` run on the same converged SCF as mp2trn, with the MP2 fitting basis set
 explicitly (PySCF would otherwise reuse the JK-fit basis of a density-fitted SCF) and the same frozen
 orbitals. Conventional MP2 (exact 4-index integrals) shows the size of the DF error itself.
+
+The oracle makes its own choices and never asks mp2trn's (a wrong fitting basis or frozen core must not be
+wrong on both sides): the fitting basis is PySCF's ``df.make_auxbasis(mp2fit=True)`` and the frozen core
+PySCF's ``chemcore``, except where docs/bases.md says mp2trn deliberately differs from PySCF's defaults —
+those outcomes are written out here (:data:`DEF2_RIFIT_BY_BASIS`), not derived from mp2trn's code.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from ..df import resolve_auxbasis
+import numpy as np
+
+from ..errors import InputError
 from ..memory import budget_mb
-from ..options import RunOptions
-from ..orbitals import FrozenSelection, is_uhf, select_frozen
+from ..options import Frozen, RunOptions, parse_frozen
+
+# mp2trn's rule 3 (docs/bases.md, "The fitting bases: rules"): an orbital basis with neither a partner in
+# PySCF's table nor a declared RI partner in the Basis Set Exchange is fitted with Weigend's def2 RIFIT
+# set of its zeta level, where PySCF itself would generate even-tempered functions. The zeta level of each
+# family is written out from its authors' naming (Jensen's pcseg-n / pc-n are (n+1)-zeta), so this table is
+# the expected answer, independent of how mp2trn reads a name.
+_DOUBLE, _TRIPLE, _QUADRUPLE = "def2-svp-rifit", "def2-tzvpp-rifit", "def2-qzvpp-rifit"
+DEF2_RIFIT_BY_BASIS: dict[str, str] = {
+    **dict.fromkeys(["ano-rcc-vdz", "ano-rcc-vdzp", "ano-pvdz", "sapporo-dzp-2012", "pcseg-0", "pcseg-1",
+                     "aug-pcseg-1", "pc-0", "pc-1", "aug-pc-1", "x2c-svpall", "jorge-dzp", "dzp", "dz",
+                     "lanl2dz", "mini", "midi", "dzvp"], _DOUBLE),
+    **dict.fromkeys(["ano-rcc-vtzp", "ano-pvtz", "sapporo-tzp-2012", "pcseg-2", "aug-pcseg-2", "pc-2",
+                     "aug-pc-2", "x2c-tzvpall", "jorge-tzp", "tzp"], _TRIPLE),
+    **dict.fromkeys(["ano-rcc-vqzp", "ano-pvqz", "sapporo-qzp-2012", "pcseg-3", "pcseg-4", "aug-pcseg-3",
+                     "pc-3", "pc-4", "x2c-qzvpall", "jorge-qzp"], _QUADRUPLE),
+}
 
 
 @dataclass(frozen=True)
@@ -31,12 +55,121 @@ class PyscfReference:
         return self.e_hf + self.e_corr
 
 
-def pyscf_frozen(selection: FrozenSelection, uhf: bool):
-    """PySCF's ``frozen=`` for a selection: a count when it is the lowest N orbitals, else the lists."""
-    n = selection.count
-    if all(sorted(set(idx)) == list(range(n)) for idx in selection.per_spin):
-        return n or None
-    return selection.per_spin if uhf else selection.per_spin[0]
+def _is_unrestricted(mf) -> bool:
+    from pyscf import scf
+
+    return isinstance(mf, scf.uhf.UHF)
+
+
+def _element_symbols(mol) -> list[str]:
+    """The elements of ``mol`` (ghost atoms as their element), first seen first."""
+    from pyscf.data.elements import _std_symbol_without_ghost
+
+    return list(dict.fromkeys(_std_symbol_without_ghost(mol.atom_symbol(i)) for i in range(mol.natm)))
+
+
+def _name_key(name: str) -> str:
+    return re.sub(r"[-_ ]", "", name.strip().lower())
+
+
+def _covers(name: str, symbol: str) -> bool:
+    """Whether PySCF loads basis ``name`` (its library, else the Basis Set Exchange) for ``symbol``."""
+    from pyscf import gto
+    from pyscf.lib.exceptions import BasisNotFoundError
+
+    try:
+        return bool(gto.basis.load(name, symbol))
+    except (BasisNotFoundError, KeyError, RuntimeError):
+        return False
+
+
+def _given_auxbasis(given: str | dict, symbols: list[str]) -> dict[str, Any]:
+    """The user's fitting basis per element, looked up by PySCF (its library, then the BSE)."""
+    if isinstance(given, str) and re.fullmatch(r"\s*[A-Za-z]{1,2}\s*:[^,]+(,\s*[A-Za-z]{1,2}\s*:[^,]+)*", given):
+        given = {k.strip().capitalize(): v.strip() for k, v in (item.split(":", 1) for item in given.split(","))}
+    per_element = given if isinstance(given, dict) else dict.fromkeys(symbols, given)
+    missing = [s for s in symbols if s not in per_element
+               or (isinstance(per_element[s], str) and not _covers(per_element[s], s))]
+    if missing:
+        raise InputError(f"the PySCF reference cannot load auxiliary basis {given!r} for {', '.join(missing)} "
+                         "(PySCF's library and the Basis Set Exchange lack it); name a basis they hold")
+    return {s: per_element[s] for s in symbols}
+
+
+def _orbital_basis_names(mol, symbols: list[str]) -> dict[str, str] | None:
+    """The orbital basis name per element, or None when ``mol`` was given basis data rather than names."""
+    basis = mol.basis
+    per_element = dict.fromkeys(symbols, basis) if isinstance(basis, str) else dict(basis)
+    if any(not isinstance(per_element.get(s), str) for s in symbols):
+        return None
+    return {s: per_element[s] for s in symbols}
+
+
+def oracle_auxbasis(mol, given: str | dict | None = None) -> dict[str, Any]:
+    """The MP2 fitting basis the oracle uses for ``mol``: {element: basis name, or shells}.
+
+    ``given``: the user's choice, loaded by PySCF. Otherwise PySCF's ``df.make_auxbasis(mp2fit=True)``
+    on a probe molecule of one atom per element (PySCF's function stumbles over ghost atoms when it must
+    generate functions), then for each element PySCF could only generate even-tempered functions for,
+    mp2trn's documented order (docs/bases.md): the Basis Set Exchange's declared RI partner (PySCF's
+    ``bse_predefined_auxbasis``), else the written-out def2 RIFIT set of :data:`DEF2_RIFIT_BY_BASIS`,
+    else PySCF's generated functions.
+    """
+    from pyscf import df, gto
+    from pyscf.df.addons import bse_predefined_auxbasis
+
+    symbols = _element_symbols(mol)
+    if given:
+        return _given_auxbasis(given, symbols)
+    names = _orbital_basis_names(mol, symbols)
+    if names is None:   # basis data: PySCF's own choice, as docs/bases.md says mp2trn makes then
+        return df.make_auxbasis(mol, mp2fit=True)
+    probe = gto.M(atom=[(s, (0.0, 0.0, 3.0 * i)) for i, s in enumerate(symbols)], basis=names,
+                  spin=sum(gto.charge(s) for s in symbols) % 2, cart=mol.cart, verbose=0)
+    chosen = df.make_auxbasis(probe, mp2fit=True)
+    for symbol in symbols:
+        if isinstance(chosen.get(symbol), str):
+            continue
+        orbital = names[symbol]
+        for candidate in (lambda: bse_predefined_auxbasis(probe, orbital, mp2fit=True),
+                          lambda: _def2_rifit_for(orbital)):   # asked in turn: the table only when needed
+            name = candidate()
+            if name and _covers(name, symbol):
+                chosen[symbol] = name
+                break
+    return {s: chosen[s] for s in symbols}
+
+
+def _def2_rifit_for(orbital: str) -> str:
+    """The written-out rule-3 set of an orbital basis; an error for a family this table does not list."""
+    for name, rifit in DEF2_RIFIT_BY_BASIS.items():
+        if _name_key(name) == _name_key(orbital):
+            return rifit
+    raise InputError(f"the PySCF reference has no independent fitting-basis choice for orbital basis {orbital!r} "
+                     "(mp2trn's rule 3 in docs/bases.md; not in DEF2_RIFIT_BY_BASIS); give --auxbasis to compare")
+
+
+def oracle_frozen(mf, frozen: Frozen):
+    """PySCF's ``frozen=`` for the user's choice: "auto" is PySCF's ``chemcore`` (noble-gas cores less the
+    electrons an ECP removes, ghosts none) — nothing when that would freeze every occupied orbital of a
+    spin channel (docs/bases.md, mp2trn's charge-aware rule); counts and index lists go to PySCF as given
+    (its ``get_frozen_mask`` reads them)."""
+    from pyscf.data.elements import chemcore
+
+    choice = parse_frozen(frozen)
+    if choice is None:
+        return None
+    if choice == "auto":
+        occupations = mf.mo_occ if _is_unrestricted(mf) else [mf.mo_occ]
+        fewest_occupied = min(int(np.count_nonzero(np.asarray(occ) > 0)) for occ in occupations)
+        ncore = int(chemcore(mf.mol))
+        return ncore if ncore < fewest_occupied else None
+    if isinstance(choice, int):
+        return choice
+    if choice and isinstance(choice[0], tuple):   # one list per spin
+        lists = [list(spin) for spin in choice]
+        return lists if _is_unrestricted(mf) else lists[0]
+    return list(choice)
 
 
 def pyscf_reference(mf, options: RunOptions = RunOptions()) -> PyscfReference:
@@ -45,10 +178,9 @@ def pyscf_reference(mf, options: RunOptions = RunOptions()) -> PyscfReference:
     from pyscf import df
     from pyscf.mp import dfmp2, dfump2
 
-    uhf = is_uhf(mf)
-    cls = dfump2.DFUMP2 if uhf else dfmp2.DFMP2
-    ref = cls(mf, frozen=pyscf_frozen(select_frozen(mf, options.frozen), uhf))
-    ref.with_df = df.DF(mf.mol, auxbasis=resolve_auxbasis(mf.mol, options.auxbasis))
+    cls = dfump2.DFUMP2 if _is_unrestricted(mf) else dfmp2.DFMP2
+    ref = cls(mf, frozen=oracle_frozen(mf, options.frozen))
+    ref.with_df = df.DF(mf.mol, auxbasis=oracle_auxbasis(mf.mol, options.auxbasis))
     ref.verbose = 0
     ref.max_memory = budget_mb(options.max_memory)
     t0 = time.perf_counter()
@@ -65,9 +197,8 @@ def conventional_mp2(mf, options: RunOptions = RunOptions()) -> float:
     from pyscf.mp import mp2, ump2
 
     exact = mf.undo_df() if getattr(mf, "with_df", None) is not None else mf
-    uhf = is_uhf(exact)
-    cls = ump2.UMP2 if uhf else mp2.RMP2
-    pt = cls(exact, frozen=pyscf_frozen(select_frozen(mf, options.frozen), uhf))
+    cls = ump2.UMP2 if _is_unrestricted(exact) else mp2.RMP2
+    pt = cls(exact, frozen=oracle_frozen(mf, options.frozen))
     pt.verbose = 0
     return float(pt.kernel()[0])
 
