@@ -1,4 +1,5 @@
-"""DF-MP2 on a converged PySCF RHF or UHF object, in PySCF's shape.
+"""DF-MP2 on a converged PySCF RHF, UHF or ROHF object, in PySCF's shape (ROHF: ROHF-MBPT(2), the
+semicanonical orbitals of :func:`mp2trn.orbitals.semicanonical` with the singles energy).
 
 :func:`kernel` does the math — orbitals → DF integrals → B = L⁻¹(P|ia) → pair energies — on a device
 it is handed; :class:`DFMP2` is a thin class holding the settings, building (and closing) the device
@@ -18,13 +19,13 @@ import numpy as np
 
 from .devices import Device, get_device
 from .df import build_df, describe_basis
-from .energy import pair_energies
+from .energy import pair_energies, singles_energy
 from .errors import InputError, ResourceError
 from .methods import get_method
 from .memory import SpinShape, plan_blocks
 from .options import Frozen
 from .parallel import Comm
-from .orbitals import is_uhf, select_frozen, spin_orbitals
+from .orbitals import is_uhf, reference_of, reference_orbitals, select_frozen, spin_orbitals, spin_square
 from .result import MP2Result, qcschema_molecule
 from .scf import check_converged, scf_jkbasis
 from .progress import Progress
@@ -59,9 +60,13 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
     t_start = time.perf_counter()
     check_converged(mf)
     mol = mf.mol
-    uhf = is_uhf(mf)
-    frozen_sel = select_frozen(mf, frozen)
-    spins = spin_orbitals(mf, frozen_sel)
+    reference = reference_of(mf)
+    t0 = time.perf_counter()
+    orbs = reference_orbitals(mf)   # ROHF: semicanonical orbitals per spin (F^α, F^β: one J/K build)
+    t_orbitals = time.perf_counter() - t0
+    uhf = is_uhf(orbs)
+    frozen_sel = select_frozen(orbs, frozen)
+    spins = spin_orbitals(orbs, frozen_sel)
     if min(s.nocc for s in spins) == 0 or min(s.nvir for s in spins) == 0:
         raise InputError("no active occupied or virtual orbitals: nothing to correlate")
     t0 = time.perf_counter()
@@ -110,14 +115,17 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         what_ran["b_share_mb"] = shared_mb
         what_ran["b_share_fraction"] = shared_mb / (dfi.naux * sum(s.nocc * s.nvir for s in spins)
                                                     * device.storage_dtype.itemsize / 1e6)
-    timings = {"df_setup": t_df, **stage_times, "pairs": t_pairs, "mp2": time.perf_counter() - t_start}
+    timings = {**({"semicanonical": t_orbitals} if reference == "ROHF" else {}), "df_setup": t_df, **stage_times,
+               "pairs": t_pairs, "mp2": time.perf_counter() - t_start}
     nelec = mol.nelec
     return MP2Result(
         e_hf=float(mf.e_tot),
         e_nuc=float(mol.energy_nuc()),
         e_corr_os=pairs.e_os,
         e_corr_ss=pairs.e_ss,
-        reference="UHF" if uhf else "RHF",
+        e_singles=singles_energy(spins),
+        spin_square=spin_square(mf) if reference != "RHF" else None,
+        reference=reference,
         what_ran=what_ran,
         sizes={
             "natm": mol.natm,
@@ -137,9 +145,10 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
 
 
 class DFMP2:
-    """Density-fitted MP2 on top of a converged PySCF RHF or UHF object.
+    """Density-fitted MP2 on top of a converged PySCF RHF, UHF or ROHF object.
 
-    mf: converged ``scf.RHF``/``scf.UHF`` (density-fitted or not).
+    mf: converged ``scf.RHF``/``scf.UHF``/``scf.ROHF`` (density-fitted or not); ROHF runs ROHF-MBPT(2)
+    (semicanonical orbitals, singles energy ``e_singles``; energies only, no gradient yet).
     auxbasis: MP2 fitting basis; None → ``make_auxbasis(mol, mp2fit=True)`` (never the JK basis).
     frozen: None/"none", "auto", an int N (lowest N per spin), or orbital indices (a list, or two for UHF).
     device: "cpu", "cuda", "sim", "neuron", "auto" or a Device (used, not closed); precision: a name of
@@ -188,6 +197,7 @@ class DFMP2:
     e_corr = property(lambda self: self._need().e_corr)
     e_corr_os = property(lambda self: self._need().e_corr_os)
     e_corr_ss = property(lambda self: self._need().e_corr_ss)
+    e_singles = property(lambda self: self._need().e_singles)
     e_scs = property(lambda self: self._need().e_scs)
     e_scs_corr = property(lambda self: self._need().e_scs_corr)
     e_tot = property(lambda self: self._need().e_tot)
@@ -223,6 +233,9 @@ class DFMP2:
         ``derivatives=False`` only the relaxed density (no derivative integrals)."""
         from .grad import kernel as gradient_kernel
 
+        if reference_of(self._scf) == "ROHF":
+            raise InputError("analytic gradients and relaxed densities of ROHF-MBPT(2) are not supported yet; "
+                             "use a UHF reference (scf.UHF) for them")
         if not derivatives and False in self._relaxed:
             return self._relaxed[False]
         out = self._with_device(lambda device: gradient_kernel(

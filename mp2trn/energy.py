@@ -4,6 +4,9 @@ the per-pair results in fp64 on the host.
 RHF (one channel):  E_os = Σ_ij os_ij,  E_ss = Σ_ij (os_ij − x_ij), over i ≤ j blocks with weight 2 for
 i < j (T_ji = T_ijᵀ gives the same sums). UHF: αα and ββ give E_ss = Σ_{i<j} (os_ij − x_ij) per spin;
 αβ gives E_os = Σ_ij os_ij over all α-i, β-j pairs. (os, x as in ``Device.pair_energies``.)
+
+Semicanonical ROHF orbitals (ROHF-MBPT(2), :func:`mp2trn.orbitals.semicanonical`) run the UHF pair step
+unchanged and add the singles energy of their occupied–virtual Fock blocks (:func:`singles_energy`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,17 @@ class PairEnergies:
     @property
     def e_corr(self) -> float:
         return self.e_os + self.e_ss
+
+
+def singles_energy(spins: list[SpinOrbitals]) -> float:
+    """E_singles = Σ_σ Σ_ia |f^σ_ia|² / (ε_i − ε_a) in Hartree (≤ 0), over the channels that carry an
+    occupied–virtual Fock block (semicanonical ROHF); 0 for canonical RHF/UHF orbitals. Summed in fp64
+    on the host: (nocc, nvir) per spin, no device work worth the name."""
+    total = 0.0
+    for s in spins:
+        if s.f_ov is not None:
+            total += float(np.sum(s.f_ov ** 2 / (s.e_occ[:, None] - s.e_vir[None, :])))
+    return total
 
 
 def _blocks(n: int, size: int) -> list[tuple[int, int]]:

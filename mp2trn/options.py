@@ -23,6 +23,8 @@ from .methods import get_method
 #: where the SCF's J/K builds run: "auto" (the run's device when it has a J/K stage, else PySCF's host
 #: code, and the result says which), "device" (the run's device, an error if it has none), "pyscf"
 JK_CHOICES = ("auto", "device", "pyscf")
+#: the SCF references a run can ask for (``--reference``); None picks RHF or UHF by the multiplicity
+REFERENCES = ("rhf", "uhf", "rohf")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class ScfOptions:
     lindep: float | None = None  # canonical orthogonalisation threshold (None: refuse a singular overlap)
     xc: str | None = None   # a Kohn-Sham SCF with this functional (PySCF XC syntax); None: Hartree-Fock
     grid: int | None = None  # PySCF's DFT grid level (None: its default)
+    reference: str | None = None  # "rhf", "uhf" or "rohf"; None: RHF for closed shells, UHF for open ones
 
 
 #: Frozen orbitals as given by a user: None/"none", "auto", a count N (lowest N per spin), or orbital
@@ -93,6 +96,8 @@ class RunOptions:
     ecp: None/"auto" (the basis's own ECPs), "none", or an ECP/basis name or file. cartesian: None (the
     basis's convention), True (Cartesian functions) or False (spherical).
     charge / multiplicity: None → the XYZ comment line, else neutral and lowest spin.
+    reference: the SCF determinant — "rhf", "uhf" or "rohf" (ROHF-MBPT(2): semicanonical ROHF orbitals and
+    the singles energy; energies only); None: RHF for closed shells, UHF for open shells.
     unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
     scf_df, jkbasis, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); scf_jk: where its
     J/K builds run — "auto" (the device when it has a J/K stage, else PySCF's), "device" or "pyscf";
@@ -117,6 +122,7 @@ class RunOptions:
     grid: int | None = None
     charge: int | None = None
     multiplicity: int | None = None
+    reference: str | None = None
     unit: str = "angstrom"
     frozen: Frozen = None
     scf_df: bool = True
@@ -157,6 +163,17 @@ class RunOptions:
         if self.gradient and get_method(self.method).double_hybrid:
             raise InputError(f"--gradient: analytic gradients cover mp2, scs-mp2 and sos-mp2; {self.method} "
                              "(a double hybrid) is not supported yet")
+        if self.reference is not None:
+            reference = str(self.reference).strip().lower()
+            if reference not in REFERENCES:
+                raise InputError(f"--reference {self.reference!r}: use {', '.join(REFERENCES)}")
+            object.__setattr__(self, "reference", reference)
+            if reference == "rohf" and get_method(self.method).double_hybrid:
+                raise InputError(f"--reference rohf: {self.method} (a double hybrid) runs on RKS/UKS orbitals; "
+                                 "use --reference uhf or drop --reference")
+            if reference == "rohf" and self.gradient:
+                raise InputError("--gradient with --reference rohf: analytic ROHF-MBPT(2) gradients are not "
+                                 "supported yet; use --reference uhf for gradients")
         if self.gradient and not self.scf_df:
             raise InputError("--gradient differentiates the density-fitted SCF mp2trn runs by default; drop --no-scf-df")
         if self.ecp is not None and not str(self.ecp).strip():
@@ -193,7 +210,7 @@ class RunOptions:
         """The SCF's share of the options."""
         return ScfOptions(density_fit=self.scf_df, jkbasis=self.jkbasis, conv_tol=self.conv_tol,
                           max_cycle=self.max_cycle, jk=self.scf_jk, lindep=self.lindep,
-                          xc=get_method(self.method).xc, grid=self.grid)
+                          xc=get_method(self.method).xc, grid=self.grid, reference=self.reference)
 
     def device_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the device constructor (the target, then ``device_options``)."""

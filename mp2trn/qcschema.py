@@ -16,7 +16,8 @@ What an input may say (everything else is an InputError naming what is accepted)
 - ``specification.keywords``: :data:`KEYWORDS` — ``device``, ``precision``, ``frozen_core`` (or
   ``frozen``), ``memory`` (MB), ``target``, ``df_basis_mp2`` (or ``auxbasis``), ``df_basis_scf`` (or
   ``jkbasis``), ``conv_tol``, ``max_cycle``, ``scf_jk``, ``lindep``, ``ecp`` (auto/none/a name),
-  ``cartesian`` (or QCSchema's ``puream``, its opposite), ``dft_grid`` (or ``grid``).
+  ``cartesian`` (or QCSchema's ``puream``, its opposite), ``dft_grid`` (or ``grid``), ``reference`` (``rhf``,
+  ``uhf`` or ``rohf``, as Psi4 spells it, any case; default RHF for closed shells, UHF for open shells).
 - the molecule: symbols, geometry (bohr, as QCSchema stores it), ``real`` flags (ghost atoms),
   ``molecular_charge``, ``molecular_multiplicity``.
 
@@ -48,6 +49,7 @@ KEYWORDS = {
     "auxbasis": "auxbasis", "df_basis_scf": "jkbasis", "jkbasis": "jkbasis", "conv_tol": "conv_tol",
     "max_cycle": "max_cycle", "scf_jk": "scf_jk", "lindep": "lindep", "scf_df": "scf_df",
     "ecp": "ecp", "cartesian": "cartesian", "puream": "spherical", "dft_grid": "grid", "grid": "grid",
+    "reference": "reference",
 }
 #: mp2trn error class → QCEngine/QCSchema error_type
 ERROR_TYPES = {InputError: "input_error", ConvergenceError: "convergence_error", ResourceError: "resource_error",
@@ -240,6 +242,7 @@ def _qcvars(result) -> dict[str, float]:
     """QCEngine's variable names for what has no AtomicProperties field (SCS-MP2)."""
     return {"SCS-MP2 CORRELATION ENERGY": result.e_scs_corr, "SCS-MP2 TOTAL ENERGY": result.e_scs,
             "MP2 TOTAL ENERGY": result.e_mp2_tot, "MP2 CORRELATION ENERGY": result.e_corr,
+            "MP2 SINGLES ENERGY": result.e_singles, "MP2 DOUBLES ENERGY": result.e_doubles,
             "HF TOTAL ENERGY": result.e_hf}
 
 

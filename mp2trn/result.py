@@ -20,7 +20,7 @@ class MP2Result:
     e_hf: float
     e_corr_os: float
     e_corr_ss: float
-    reference: str  # "RHF" or "UHF"
+    reference: str  # "RHF", "UHF" or "ROHF" ("RKS"/"UKS" under a double hybrid)
     what_ran: dict[str, Any]  # device, precision, basis, auxbasis, jkbasis, frozen, ...
     sizes: dict[str, Any]  # nao, naux, nocc, nvir per spin, natm
     timings: dict[str, float] = field(default_factory=dict)
@@ -37,16 +37,25 @@ class MP2Result:
     dipoles: dict[str, list[float]] | None = None  # a.u.: "scf", "mp2_unrelaxed", "mp2_relaxed" (with nuclei)
     natural_occupations: list[float] | None = None  # of the relaxed MP2 density, descending
     densities: Any = None  # the gradient stage's GradientResult (AO densities, terms); not written to JSON
+    e_singles: float = 0.0  # ROHF-MBPT(2) singles Σ|f_ia|²/(ε_i − ε_a) (Hartree); 0 for RHF/UHF
+    spin_square: float | None = None  # ⟨S²⟩ of the reference determinant (open-shell references)
 
     @property
-    def e_corr(self) -> float:
-        """The unscaled correlation energy of the reference orbitals, E_os + E_ss."""
+    def e_doubles(self) -> float:
+        """The doubles part of the correlation energy, E_os + E_ss."""
         return self.e_corr_os + self.e_corr_ss
 
     @property
+    def e_corr(self) -> float:
+        """The unscaled correlation energy of the reference orbitals, E_singles + E_os + E_ss (singles
+        only for ROHF)."""
+        return self.e_singles + self.e_doubles
+
+    @property
     def e_method_corr(self) -> float:
-        """The method's correlation: c_os·E_os + c_ss·E_ss (the MP2 correlation for ``mp2``)."""
-        return self.method.c_os * self.e_corr_os + self.method.c_ss * self.e_corr_ss
+        """The method's correlation: E_singles + c_os·E_os + c_ss·E_ss (the MP2 correlation for ``mp2``;
+        the singles are not scaled, as in Psi4's SCS-MP2 on ROHF)."""
+        return self.e_singles + self.method.c_os * self.e_corr_os + self.method.c_ss * self.e_corr_ss
 
     @property
     def e_tot(self) -> float:
@@ -60,8 +69,8 @@ class MP2Result:
 
     @property
     def e_scs_corr(self) -> float:
-        """SCS-MP2 correlation energy: 6/5·E_os + 1/3·E_ss."""
-        return SCS_OS * self.e_corr_os + SCS_SS * self.e_corr_ss
+        """SCS-MP2 correlation energy: E_singles + 6/5·E_os + 1/3·E_ss."""
+        return self.e_singles + SCS_OS * self.e_corr_os + SCS_SS * self.e_corr_ss
 
     @property
     def e_scs(self) -> float:
@@ -78,6 +87,8 @@ class MP2Result:
             "scs_mp2_correlation_energy": self.e_scs_corr,
             "scs_mp2_total_energy": self.e_scs,
         }
+        if self.reference == "ROHF":
+            out["mp2_singles_energy"] = self.e_singles
         if self.method.name != "mp2":
             out[f"{self.method.name}_total_energy"] = self.e_tot
         if self.e_disp:
@@ -95,8 +106,8 @@ class MP2Result:
             "scf_total_energy": self.e_hf,
             "mp2_same_spin_correlation_energy": self.e_corr_ss,
             "mp2_opposite_spin_correlation_energy": self.e_corr_os,
-            "mp2_singles_energy": 0.0,
-            "mp2_doubles_energy": self.e_corr,
+            "mp2_singles_energy": self.e_singles,
+            "mp2_doubles_energy": self.e_doubles,
             "mp2_correlation_energy": self.e_corr,
             "mp2_total_energy": self.e_mp2_tot,
             "return_energy": self.e_tot,
@@ -117,6 +128,7 @@ class MP2Result:
         extras.update(
             {
                 "reference": self.reference,
+                **({"reference_spin_square": self.spin_square} if self.spin_square is not None else {}),
                 "sizes": self.sizes,
                 "method": self.method.record(),
                 **({"pt2_opposite_spin_correlation_energy": self.e_corr_os,

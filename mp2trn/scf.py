@@ -1,4 +1,4 @@
-"""SCF step: PySCF RHF (closed shell) or UHF (open shell), density-fitted by default.
+"""SCF step: PySCF RHF (closed shell) or UHF (open shell) by default, ROHF when asked; density-fitted by default.
 
 An SCF that does not converge raises :class:`~mp2trn.errors.ConvergenceError`; MP2 is never computed
 on top of it.
@@ -32,11 +32,23 @@ def jk_auxbasis(mol: gto.Mole, jkbasis: str | dict | None) -> str | dict:
     return chosen.pyscf_basis() if chosen is not None else df.make_auxbasis(mol, mp2fit=False)
 
 
+def scf_reference(mol: gto.Mole, choice: str | None) -> str:
+    """The reference a run uses: ``choice`` ("rhf", "uhf", "rohf"), else RHF for a closed shell and UHF for
+    an open one; RHF for an open shell is an InputError."""
+    reference = choice or ("rhf" if mol.spin == 0 else "uhf")
+    if reference == "rhf" and mol.spin != 0:
+        raise InputError(f"--reference rhf needs a closed shell; this molecule has multiplicity {mol.spin + 1}: "
+                         "use --reference uhf or rohf")
+    return reference
+
+
 def new_mean_field(mol: gto.Mole, options: ScfOptions):
-    """The PySCF mean-field object: RHF/UHF, or RKS/UKS with ``options.xc`` on grid level ``options.grid``."""
+    """The PySCF mean-field object: RHF/UHF/ROHF (``options.reference``, :func:`scf_reference`), or RKS/UKS
+    with ``options.xc`` on grid level ``options.grid``."""
+    reference = scf_reference(mol, options.reference)
     if options.xc is None:
-        return scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
-    mf = dft.RKS(mol) if mol.spin == 0 else dft.UKS(mol)
+        return {"rhf": scf.RHF, "uhf": scf.UHF, "rohf": scf.ROHF}[reference](mol)
+    mf = dft.RKS(mol) if reference == "rhf" else dft.UKS(mol)
     mf.xc = options.xc
     if options.grid is not None:
         mf.grids.level = options.grid
@@ -46,7 +58,8 @@ def new_mean_field(mol: gto.Mole, options: ScfOptions):
 def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
             device: Device | None = None, progress: Progress | None = None, comm: Comm | None = None,
             dm0: np.ndarray | None = None):
-    """Run RHF (spin 0) or UHF (spin > 0) and return the converged mean-field object.
+    """Run RHF (spin 0) or UHF (spin > 0), or the ``options.reference`` asked for, and return the converged
+    mean-field object.
 
     ``max_memory`` (MB) configures PySCF's own SCF (its ``max_memory``) and bounds the device copy of the
     3-index tensor; None keeps PySCF's default. With a density-fitted SCF and ``device``, the J/K builds

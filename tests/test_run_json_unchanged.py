@@ -30,9 +30,10 @@ CASES = {
 TIMING_KEYS = {"timings", "emulation_wall_s"}
 #: fields added since, on purpose: the SCF stage record (J/K device, precision per cycle), the
 #: modeled whole-run estimate in the cost report, two QCSchema properties, the compile counts, and which
-#: BLAS thread pool ran (mp2trn.threads), the host<->device bytes per stage (the whole-run model)
+#: BLAS thread pool ran (mp2trn.threads), the host<->device bytes per stage (the whole-run model), ⟨S²⟩ of
+#: an open-shell reference (issue 37)
 ADDED_KEYS = {"scf", "whole_run", "nuclear_repulsion_energy", "scf_iterations", "compiles", "compiles_by_stage",
-              "compile_cache", "blas", "host_device_bytes", "launch_wall_s"}
+              "compile_cache", "blas", "host_device_bytes", "launch_wall_s", "reference_spin_square"}
 #: fields added at one place only: the bases with their sources, the ECPs and the method (issue 22)
 ADDED_AT = {"$.extras.mp2trn": {"bases", "ecp", "method"}}
 

@@ -86,6 +86,17 @@ Charge = Annotated[Optional[int], typer.Option("--charge", "-c", help="Molecular
 Multiplicity = Annotated[Optional[int], typer.Option(
     "--multiplicity", "-m", help="Spin multiplicity 2S+1 (default: XYZ comment, else lowest).")]
 UnitFlag = Annotated[Unit, typer.Option("--unit", help="Unit of the XYZ coordinates.")]
+
+
+class Reference(str, Enum):
+    rhf = "rhf"
+    uhf = "uhf"
+    rohf = "rohf"
+
+
+ReferenceFlag = Annotated[Optional[Reference], typer.Option("--reference", help=(
+    "SCF reference: rhf, uhf, or rohf (ROHF-MBPT(2): semicanonical orbitals + singles, no spin contamination; "
+    "energies only). Default: rhf for closed shells, uhf for open shells."))]
 FrozenCore = Annotated[str, typer.Option("--frozen-core", help="auto (noble-gas cores), none, or a number of orbitals.")]
 ScfDf = Annotated[bool, typer.Option("--scf-df/--no-scf-df", help="Density-fitted SCF (JK-fit basis) or conventional.")]
 JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help=(
@@ -118,6 +129,7 @@ def _run_flags(
     grid: GridFlag = None,
     charge: Charge = None,
     multiplicity: Multiplicity = None,
+    reference: ReferenceFlag = None,
     unit: UnitFlag = Unit.angstrom,
     frozen_core: FrozenCore = "none",
     scf_df: ScfDf = DEFAULTS.scf_df,

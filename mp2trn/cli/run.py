@@ -123,6 +123,7 @@ def energy_table(result: MP2Result, title: str) -> Table:
     else:
         rows = [
             ("SCF total energy", result.e_hf, False),
+            *([("MP2 singles (ROHF-MBPT(2))", result.e_singles, True)] if result.reference == "ROHF" else []),
             ("MP2 opposite-spin correlation", result.e_corr_os, True),
             ("MP2 same-spin correlation", result.e_corr_ss, True),
             ("MP2 correlation energy", result.e_corr, True),
@@ -173,7 +174,8 @@ def what_ran_table(result: MP2Result) -> Table:
     table = Table(title="What ran", title_justify="left", show_header=False)
     table.add_column("key")
     table.add_column("value")
-    table.add_row("reference", result.reference)
+    table.add_row("reference", result.reference + (f" (⟨S²⟩ = {result.spin_square:.6f})"
+                                                   if result.spin_square is not None else ""))
     table.add_row("device", str(w.get("device")) + (f" ({w['backend']})" if w.get("backend") else ""))
     if w.get("device_selection"):
         table.add_row("device selection", w["device_selection"])
