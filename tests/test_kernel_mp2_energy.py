@@ -9,7 +9,7 @@ import pytest
 from mp2trn.precision import beta_for, split
 from mp2trn.kernels.mp2_energy import i_block_size, j_groups, mp2_energy, mp2_energy_reference, mp2_energy_x3
 
-from .kernel_helpers import run
+from .kernel_helpers import EPS32, run
 
 # (naux, nI, nJ, nva, nvb, exchange, same, i_block)
 SHAPES = [
@@ -42,6 +42,32 @@ def _consts(ei, ej, eva, evb):
             (evb[None, :] - ej[:, None]).astype(np.float32))
 
 
+def _compensated_bound(bi, bj, ei, ej, eva, evb, beta):
+    """Per-pair error bounds (os, x) (nI, nJ) of the fp32x3 kernel: T's compensated error as in the x3 GEMM
+    tests, |δT| ≤ 8 √naux ε32 2^-β Σ_P |B_ia||B_jb| (hi·hi exact, the hi·lo and lo·B products carry it), to
+    first order in the products; plus the fp32 roundings of each T²/D (T Tᵀ/D) term, which the compensation
+    does not touch, 8 ε32 per term added in quadrature (the row sums are exact, the last level is fp64)."""
+    naux = bi.shape[0]
+    t = np.einsum("pia,pjb->ijab", bi, bj)
+    dt = 8 * np.sqrt(naux) * EPS32 * 2.0 ** -beta * np.einsum("pia,pjb->ijab", np.abs(bi), np.abs(bj))
+    d = eva[None, None, :, None] + evb[None, None, None, :] - ei[:, None, None, None] - ej[None, :, None, None]
+
+    def bound(first, terms):
+        return (first / d).sum(axis=(2, 3)) + 8 * EPS32 * np.sqrt(((terms / d) ** 2).sum(axis=(2, 3)))
+
+    bound_os = bound(2 * np.abs(t) * dt, t * t)
+    if t.shape[2] != t.shape[3]:
+        return bound_os, None
+    t_x, dt_x = t.transpose(0, 1, 3, 2), dt.transpose(0, 1, 3, 2)
+    return bound_os, bound(np.abs(t) * dt_x + np.abs(t_x) * dt, t * t_x)
+
+
+def _x3_pair_sums(out, exchange, nI, nJ):
+    """The host's fp64 finish of the x3 kernel's per-pair row sums: (os, x) (nI, nJ)."""
+    sums = [-np.asarray(o, np.float64).sum(axis=0).reshape(nI, nJ) for o in (out if exchange else (out,))]
+    return sums[0], (sums[1] if exchange else None)
+
+
 @pytest.mark.parametrize("naux,nI,nJ,nva,nvb,exchange,same,i_block", SHAPES)
 @pytest.mark.parametrize("precision", ["fp32", "fp32x3"])
 def test_mp2_energy_matches_reference(naux, nI, nJ, nva, nvb, exchange, same, i_block, precision):
@@ -59,17 +85,40 @@ def test_mp2_energy_matches_reference(naux, nI, nJ, nva, nvb, exchange, same, i_
     mask = np.triu(np.ones((nI, nJ))) if same else np.ones((nI, nJ))
     if precision == "fp32x3":     # per-pair row sums over b for every a: the host finishes the sum in fp64
         assert os_.shape == (nva, nI * nJ)
-        os_ = -os_.astype(np.float64).sum(axis=0).reshape(nI, nJ)
-        x = None if x is None else -x.astype(np.float64).sum(axis=0).reshape(nI, nJ)
+        os_, x = _x3_pair_sums(out, exchange, nI, nJ)
+        bound_os, bound_x = _compensated_bound(bi, bj, ei, ej, eva, evb, beta)
+        assert np.all(np.abs(os_ - ref_os) * mask <= bound_os)
+        if exchange:
+            assert np.all(np.abs(x - ref_x) * mask <= bound_x)
     else:
         assert os_.shape == (nI, nJ)
         assert np.all(np.asarray(os_)[mask == 0] == 0)      # pairs i > j of a diagonal block: never written
-    scale = np.max(np.abs(ref_os))
-    assert np.max(np.abs((os_ - ref_os) * mask)) <= 2e-6 * scale
-    if exchange:
-        assert np.max(np.abs((x - ref_x) * mask)) <= 2e-6 * scale
+        scale = np.max(np.abs(ref_os))
+        assert np.max(np.abs((os_ - ref_os) * mask)) <= 2e-6 * scale
+        if exchange:
+            assert np.max(np.abs((x - ref_x) * mask)) <= 2e-6 * scale
     # only per-pair sums leave the chip (fp32x3: the nva partial sums of each pair)
     assert rep.bytes_sbuf_to_hbm == (2 if exchange else 1) * nI * nJ * 4 * (nva if precision == "fp32x3" else 1)
+
+
+@pytest.mark.parametrize("naux,nI,nJ,nva,nvb,exchange,same,i_block", [SHAPES[0], SHAPES[3]])
+def test_the_compensated_bound_sees_a_broken_compensation(naux, nI, nJ, nva, nvb, exchange, same, i_block):
+    """The x3 kernel with its lo planes dropped (T from the bf16 hi planes alone) lands far outside the bound
+    the test above holds it to (measured 240-5400x on the shapes; the old 2e-6·max|os| tolerance was 2-10x
+    looser than this bound)."""
+    rng = np.random.default_rng(naux + nI * nva)
+    bi, bj, ei, ej, eva, evb = _inputs(rng, naux, nI, nJ, nva, nvb, same)
+    bi2, bj2 = bi.reshape(naux, -1), bj.reshape(naux, -1)
+    beta = beta_for(naux)
+    (hi_i, lo_i), (hi_j, lo_j, full_j) = split(bi2, 0, beta), split(bj2, 0, beta, True)
+    kw = dict(exchange=exchange, same=same, i_block=i_block)
+    out, _ = run(mp2_energy_x3, hi_i, np.zeros_like(lo_i), hi_j, np.zeros_like(lo_j), full_j,
+                 *_consts(ei, ej, eva, evb), **kw)
+    os_, _ = _x3_pair_sums(out, exchange, nI, nJ)
+    ref_os, _ = mp2_energy_reference(bi, bj, ei, ej, eva, evb, exchange)
+    bound_os, _ = _compensated_bound(bi, bj, ei, ej, eva, evb, beta)
+    mask = np.triu(np.ones((nI, nJ))) if same else np.ones((nI, nJ))
+    assert np.max(np.abs(os_ - ref_os) * mask / bound_os) > 10
 
 
 def test_one_launch_covers_every_pair_and_loads_each_block_once():
