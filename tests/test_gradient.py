@@ -163,6 +163,7 @@ def test_relaxed_dipole_against_pyscf_conventional_finite_field():
 
 
 def test_dfmp2_object_gradient_matches_run():
+    """The PySCF-style object on PySCF's own DF-SCF and mp2trn.run (its own SCF) give the same gradient."""
     mol = mole(WATER)
     mf = _df_rhf(mol)
     pt = mp2trn.DFMP2(mf, auxbasis="cc-pvdz-ri", frozen="auto", method="scs-mp2").run()
@@ -170,6 +171,9 @@ def test_dfmp2_object_gradient_matches_run():
     de = grad.kernel()
     assert de.shape == (3, 3) and grad.de is de
     assert np.allclose(pt.Gradients().kernel(), de, atol=1e-10)
+    ran = analytic(mol, auxbasis="cc-pvdz-ri", jkbasis="cc-pvdz-jkfit", frozen="auto", method="scs-mp2")
+    assert abs(ran.e_tot - pt.e_tot) < 1e-9
+    assert np.max(np.abs(np.asarray(ran.gradient) - de)) < 1e-7
     assert pt.make_rdm1(relaxed=True).shape == (mol.nao_nr(), mol.nao_nr())
     uhf = scf.UHF(mole(HYDROXYL, 1)).density_fit(auxbasis="cc-pvdz-jkfit").run()
     assert mp2trn.DFMP2(uhf).run().make_rdm1(relaxed=False).shape == (2, 19, 19)
@@ -213,19 +217,29 @@ def test_scf_terms_reproduce_pyscf_df_scf_gradient(atom, spin):
     assert np.max(np.abs(scf_gradient(mf, 2000) - mf.nuc_grad_method().kernel())) < 1e-10
 
 
-def test_out_of_core_gradient_equals_in_memory(monkeypatch):
-    """B and Γ̄ in HDF5 files (the plan says they do not fit) give the in-memory gradient."""
+@pytest.mark.parametrize("atom, spin", [(WATER, 0), (HYDROXYL, 1)], ids=["rhf", "uhf"])
+def test_out_of_core_gradient_equals_in_memory(atom, spin, monkeypatch):
+    """Every array the plan can stream streamed, in the smallest blocks (B and Γ̄ in HDF5 files, B read in
+    pairs of one-orbital blocks, one-orbital strips, (P|iμ) of the JK-fit pass in a file solved one orbital
+    at a time, generic J/K builds for the response, one shell per integral block): the in-memory gradient
+    and relaxed density to 1e-10."""
     from dataclasses import replace
 
     import mp2trn.grad.dfmp2 as grad_dfmp2
 
-    mol = mole(HYDROXYL, 1)
-    in_memory = analytic(mol, frozen="auto").gradient
-    plan = grad_dfmp2.plan_blocks
-    monkeypatch.setattr(grad_dfmp2, "plan_blocks", lambda *a, **k: replace(plan(*a, **k), incore=False))
+    mol = mole(atom, spin)
+    in_memory = analytic(mol, frozen="auto")
+    assert not in_memory.what_ran["gradient_out_of_core"]
+    plan = grad_dfmp2.plan_gradient
+    monkeypatch.setattr(grad_dfmp2, "plan_gradient", lambda *a, **k: replace(
+        plan(*a, **k), stores_incore=False, strip_block=1, pair_block=1, metric_cols=7, ri_aux_block=1,
+        response_factors=False, jk_half_incore=False, jk_columns=1, jk_aux_block=1))
     result = analytic(mol, frozen="auto")
-    assert result.what_ran["gradient_out_of_core"]
-    assert np.max(np.abs(result.gradient - in_memory)) < 1e-10
+    memory = result.what_ran["gradient_memory"]
+    assert result.what_ran["gradient_out_of_core"] and "pairs of 1-orbital" in memory["pair_sweep"]
+    assert "HDF5" in memory["jkfit_half_transformed"] and "J/K builds" in result.what_ran["gradient_jk"]
+    assert np.max(np.abs(result.gradient - in_memory.gradient)) < 1e-10
+    assert np.max(np.abs(result.densities.dm_relaxed - in_memory.densities.dm_relaxed)) < 1e-10
 
 
 @pytest.mark.parametrize("atom, spin", [(WATER, 0), (HYDROXYL, 1)], ids=["rhf", "uhf"])
