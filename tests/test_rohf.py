@@ -179,3 +179,19 @@ def test_qcschema_keyword_and_ase_parameter():
     energy = atoms.get_potential_energy()
     assert atoms.calc.result.reference == "ROHF"
     assert abs(energy / ase.units.Hartree - direct.e_tot) < 1e-8
+
+
+def test_validate_rohf_rows(tmp_path):
+    """`mp2trn validate --set rohf`: ROHF rows against the spin-orbital oracle, UHF rows against PySCF."""
+    from mp2trn import validation as v
+
+    mset = v.load_set("rohf")
+    assert {e.options.get("reference") for e in mset.entries} == {"rohf", "uhf"}
+    assert {"cyano/cc-pvdz/fc-auto/rohf", "cyano/cc-pvdz/fc-auto/uhf"} <= {e.key for e in mset.entries}
+    res = CliRunner().invoke(app, ["validate", "--set", "rohf", "--only", "hydroxyl", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "validate_rohf_cpu_fp64.json").read_text())
+    rows = {r["key"]: r for r in doc["rows"]}
+    assert set(rows) == {"hydroxyl/cc-pvdz/rohf", "hydroxyl/cc-pvdz/fc-auto/rohf"}
+    assert all(r["passed"] and r["abs_diff"] < 1e-9 and r["reference"] == "ROHF" for r in rows.values())
+    assert rows["hydroxyl/cc-pvdz/fc-auto/rohf"]["frozen"] == 1

@@ -4,7 +4,8 @@
   DF-MP2 (the chosen device/precision) and PySCF's ``DFMP2``/``DFUMP2`` with the same, explicitly set
   MP2 fitting basis (:func:`~mp2trn.validation.pyscf_reference.pyscf_reference`); conventional MP2
   shows the DF error itself. An entry passes when |E_corr(mp2trn) − E_corr(PySCF)| ≤ the tolerance of
-  the precision that ran (:func:`mp2trn.precision.tolerance_for`).
+  the precision that ran (:func:`mp2trn.precision.tolerance_for`). Entries with ``reference=rohf`` compare
+  with the spin-orbital ROHF-MBPT(2) formula instead (:mod:`~mp2trn.validation.rohf_oracle`).
 * interaction sets (``kind: interaction``, e.g. ``s22``): each complex goes through
   :func:`mp2trn.interaction.interaction_energy` (counterpoise-corrected); ΔE(MP2) and ΔE(SCS-MP2) are
   compared with the published reference, and every calculation's E_corr with PySCF's DF-MP2 on the
@@ -31,6 +32,7 @@ from ..pipeline import bind_device, compute, open_device
 from ..precision import tolerance_for
 from ..scratch import run_scratch
 from .pyscf_reference import conventional_mp2, pyscf_reference, pyscf_scf_energy
+from .rohf_oracle import pyscf_rohf_energy, rohf_conventional, rohf_reference
 from .sets import MoleculeSet, SetEntry, molecules_dir
 
 
@@ -57,7 +59,7 @@ class ValidationConfig:
         return replace(self.options, basis=self.basis or entry.basis,
                        auxbasis=self.options.auxbasis or entry.options.get("auxbasis"),
                        charge=entry.int_option("charge"), multiplicity=entry.int_option("multiplicity"),
-                       frozen=parse_frozen(frozen))
+                       frozen=parse_frozen(frozen), reference=entry.options.get("reference", self.options.reference))
 
     def to_json(self) -> dict[str, Any]:
         o = self.options
@@ -106,11 +108,12 @@ def validate_energy_entry(entry: SetEntry, cfg: ValidationConfig, device: Device
     """mp2trn vs PySCF DF-MP2 (and conventional MP2) on one molecule; a flat dict (one table row)."""
     opts = cfg.entry_options(entry)
     res, mf = compute(entry.path, bind_device(opts, device), device)
-    ref = pyscf_reference(mf, opts)
+    rohf = res.reference == "ROHF"
+    ref = rohf_reference(mf, opts) if rohf else pyscf_reference(mf, opts)
     e_conv = t_conv = None
     if cfg.conventional:
         t0 = time.perf_counter()
-        e_conv = conventional_mp2(mf, opts)
+        e_conv = rohf_conventional(mf, opts) if rohf else conventional_mp2(mf, opts)
         t_conv = time.perf_counter() - t0
     w, s = res.what_ran, res.sizes
     tol = cfg.tolerance if cfg.tolerance is not None else tolerance_for(w.get("precision"))
@@ -122,7 +125,7 @@ def validate_energy_entry(entry: SetEntry, cfg: ValidationConfig, device: Device
         "name": entry.name, "key": entry.key, "file": _display_path(entry.path), "reference": res.reference,
         "charge": int(mol.charge), "multiplicity": int(mol.spin) + 1, "natm": int(mol.natm),
         "basis": opts.basis, "auxbasis": w.get("auxbasis"), "jkbasis": w.get("jkbasis"),
-        "frozen": select_frozen(mf, opts.frozen).count,
+        "frozen": len(w["frozen_orbitals"][0]) if rohf else select_frozen(mf, opts.frozen).count,
         "nao": s.get("nao"), "nocc": _fmt_counts(s.get("nocc")), "nvir": _fmt_counts(s.get("nvir")),
         "naux": s.get("naux"), "device": w.get("device"), "precision": w.get("precision"),
         "e_scf": float(mf.e_tot), "e_corr_mp2trn": res.e_corr, "e_corr_pyscf": ref.e_corr, "abs_diff": diff,
@@ -140,6 +143,8 @@ def independent_scf_energy(mf, options: RunOptions) -> float:
     from pyscf import scf
 
     with_df = getattr(mf, "with_df", None)
+    if isinstance(mf, scf.rohf.ROHF) and with_df is not None:
+        return pyscf_rohf_energy(mf.mol, with_df.auxbasis, options.conv_tol)
     if with_df is None:
         ref = scf.RHF(mf.mol) if mf.mol.spin == 0 else scf.UHF(mf.mol)
         ref.conv_tol, ref.verbose = options.conv_tol, 0

@@ -2,7 +2,8 @@
 
 Set files: one entry per line, ``XYZ BASIS [key=value ...]`` with the XYZ path relative to the set
 file; ``#`` starts a comment; a ``kind: energy|interaction`` line sets the kind. Keys: ``name``,
-``frozen`` (auto/none/N), ``charge``, ``multiplicity``, ``auxbasis``, and for interaction sets ``ref``
+``frozen`` (auto/none/N), ``charge``, ``multiplicity``, ``auxbasis``, ``reference`` (rhf/uhf/rohf; energy
+sets), and for interaction sets ``ref``
 (reference ΔE, kcal/mol), ``split``, ``charges``, ``multiplicities``.
 """
 
@@ -45,7 +46,9 @@ class SetEntry:
     def key(self) -> str:
         """Unique label: name/basis (+ /fc when frozen core)."""
         fz = self.options.get("frozen", "none")
-        return f"{self.name}/{self.basis}" + ("" if fz in ("none", "0") else f"/fc-{fz}")
+        reference = self.options.get("reference")
+        return (f"{self.name}/{self.basis}" + ("" if fz in ("none", "0") else f"/fc-{fz}")
+                + (f"/{reference.lower()}" if reference else ""))
 
 
 @dataclass
@@ -57,7 +60,8 @@ class MoleculeSet:
     description: str = ""
 
 
-_ENTRY_KEYS = {"name", "frozen", "charge", "multiplicity", "auxbasis", "ref", "split", "charges", "multiplicities"}
+_ENTRY_KEYS = {"name", "frozen", "charge", "multiplicity", "auxbasis", "reference", "ref", "split", "charges",
+               "multiplicities"}
 
 
 def available_sets() -> list[str]:
