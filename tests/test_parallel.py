@@ -194,7 +194,8 @@ def test_a_run_asking_for_ranks_without_any_is_an_error():
 
 # -- the schedule, without processes ------------------------------------------------------------------------
 
-@settings(max_examples=60, deadline=None)
+# Hypothesis draws the same examples every run (derandomize): CI must not fail by chance
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(1, 7), st.lists(st.integers(0, 5), min_size=7, max_size=7), st.booleans())
 def test_ring_covers_every_block_pair_once(size, nblocks, same):
     """Over all ranks and ring steps, every (i-block, j-block) pair is formed exactly once (same spin:
@@ -229,6 +230,7 @@ def test_ring_shares_the_pair_work_evenly():
     assert work == [5, 4]
 
 
+@settings(deadline=None, derandomize=True)
 @given(st.lists(st.floats(0, 100), min_size=1, max_size=40), st.integers(1, 8))
 def test_weighted_split_is_contiguous_and_complete(weights, size):
     ranges = weighted_split(weights, size)

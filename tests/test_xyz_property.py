@@ -1,5 +1,6 @@
 """Property tests over generated XYZ text: valid files parse to the right atoms and coordinates;
-invalid ones raise InputError and nothing else."""
+invalid ones raise InputError and nothing else. The same examples every run (derandomize, no deadline): CI must
+not fail by chance; tests/test_fuzz.py's slow variant is where new examples are drawn."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def render_symbol(sym: str, ghost: bool, case: str) -> str:
 
 @given(st.lists(atom, min_size=1, max_size=12), st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), max_size=40),
        st.sampled_from([" ", "\t", "   "]))
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 def test_valid_xyz_parses_to_the_right_atoms(atoms, comment, sep):
     lines = [str(len(atoms)), comment]
     for sym, ghost, case, x, y, z in atoms:
@@ -41,7 +42,7 @@ def _mutations():
 
 
 @given(st.lists(atom, min_size=2, max_size=8), _mutations(), st.text(alphabet="xyzQ#$%", min_size=1, max_size=5))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 def test_invalid_xyz_raises_input_error_only(atoms, mutation, junk):
     body = [" ".join([render_symbol(s, g, c), repr(x), repr(y), repr(z)]) for s, g, c, x, y, z in atoms]
     count = str(len(atoms))
@@ -76,7 +77,7 @@ def test_invalid_xyz_raises_input_error_only(atoms, mutation, junk):
 
 
 @given(st.text(max_size=200))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 def test_arbitrary_text_never_raises_anything_but_input_error(text):
     try:
         geom = parse_xyz(text)
