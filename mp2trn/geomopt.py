@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from pyscf.data import nist
 
+from .constraints import Constraint, Constraints, read_constraints
 from .devices import Device
 from .errors import ConvergenceError, InputError, Mp2trnError
 from .files import write_text_atomic
@@ -64,12 +65,18 @@ class OptStep:
 
 @dataclass
 class Optimization:
-    """The outcome: every step, whether geomeTRIC converged, and the atom labels (ghosts as ``ghost-X``)."""
+    """The outcome: every step, whether geomeTRIC converged, the atom labels (ghosts as ``ghost-X``) and the
+    constraints applied (from the constraints file, in its order)."""
 
     labels: list[str]
     steps: list[OptStep] = field(default_factory=list)
     converged: bool = False
     message: str = ""
+    constraints: tuple[Constraint, ...] = ()
+
+    def stated_constraints(self) -> list[str]:
+        """The constraints applied, in words ('set angle H2-O1-H3 to 95°')."""
+        return [c.describe(self.labels) for c in self.constraints]
 
     @property
     def final(self) -> OptStep:
@@ -270,13 +277,18 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
              constraints: str | Path | None = None, trajectory: str | Path | None = None, resume: bool = False,
              reuse_density: bool = True,
              report: Callable[[OptStep, OptStep | None], None] | None = None,
-             comm: Comm | None = None) -> Optimization | None:
+             comm: Comm | None = None,
+             announce: Callable[[list[str]], None] | None = None) -> Optimization | None:
     """Optimise the geometry of ``source`` with geomeTRIC on mp2trn's gradient (``options``' method, basis,
     device...). Ghost atoms stay where they are. Returns the Optimization; a run that reaches ``max_steps``
     raises ConvergenceError (the trajectory keeps every finished step).
 
     ``comm`` over several ranks (torchrun): rank 0 drives geomeTRIC, writes the trajectory and returns the
-    Optimization; every rank computes its share of each gradient; the other ranks return None."""
+    Optimization; every rank computes its share of each gradient; the other ranks return None.
+
+    ``constraints``: a geomeTRIC constraints file, read strictly (:mod:`mp2trn.constraints`); ``announce``
+    is given the constraints applied, in words, before the first gradient (they are also in
+    ``Optimization.constraints``)."""
     require_geometric()
     comm = comm or Comm()
     convergence = convergence.lower()
@@ -284,8 +296,9 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
         raise InputError(f"--convergence {convergence!r}: use one of {', '.join(CONVERGENCE_SETS)}")
     if max_steps < 1:
         raise InputError(f"--max-steps must be at least 1, got {max_steps}")
-    user_constraints = _read_constraints(constraints)
     calc = PointCalculator(source, options, device, reuse_density, comm)
+    _check_movable(calc, source)
+    applied = _applied_constraints(calc, constraints)
     if comm.rank != 0:
         calc.follow()
         return None
@@ -293,7 +306,9 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
     done = traj.read() if resume else []
     if resume and trajectory is None:
         raise InputError("--resume continues from the --trajectory file of the killed run: give --trajectory")
-    opt = Optimization(calc.labels)
+    opt = Optimization(calc.labels, constraints=applied)
+    if announce is not None and applied:
+        announce(opt.stated_constraints())
     cache: list[OptStep] = []
     start = calc.start_coords
     if done:
@@ -316,10 +331,7 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
     with tempfile.TemporaryDirectory(prefix="mp2trn-opt-") as tmp:
         log_ini = Path(tmp) / "log.ini"
         log_ini.write_text(_QUIET_LOG)
-        if user_constraints.strip() and calc.ghosts:
-            raise InputError("--constraints with ghost atoms: geomeTRIC sees the real atoms only (ghosts stay fixed), "
-                             "so atom numbers would not match the file; remove the ghosts or the constraints")
-        cons = _constraints_file(Path(tmp), user_constraints)
+        cons = _constraints_file(Path(tmp), applied)
         kwargs: dict[str, Any] = {"customengine": engine, "input": os.path.join(tmp, "mp2trn_opt"),
                                   "prefix": os.path.join(tmp, "mp2trn_opt"), "logIni": str(log_ini),
                                   "maxiter": max_steps - max(0, len(done) - 1), "convergence_set": convergence.upper()}
@@ -346,21 +358,29 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
     return opt
 
 
-def _read_constraints(path: str | Path | None) -> str:
+def _check_movable(calc: PointCalculator, source) -> None:
+    """Refuse a molecule with nothing to optimise: one real atom (its energy does not depend on where it is)."""
+    if len(calc.real) < 2:
+        what = "one atom" if not calc.ghosts else "one real atom (ghosts stay where they are)"
+        raise InputError(f"{source}: {what} has no geometry to optimise; `mp2trn run` gives its energy")
+
+
+def _applied_constraints(calc: PointCalculator, path: str | Path | None) -> tuple[Constraint, ...]:
+    """The constraints file read strictly against the atoms geomeTRIC moves (none without a file)."""
     if path is None:
-        return ""
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read the constraints file {path}: {exc.strerror}") from None
+        return ()
+    if calc.ghosts:
+        raise InputError("--constraints with ghost atoms: geomeTRIC sees the real atoms only (ghosts stay fixed), "
+                         "so atom numbers would not match the file; remove the ghosts or the constraints")
+    return read_constraints(path, [calc.labels[i] for i in calc.real]).items
 
 
-def _constraints_file(tmp: Path, text: str) -> Path | None:
-    """geomeTRIC's constraints file (the user's), or None."""
-    if not text.strip():
+def _constraints_file(tmp: Path, applied: tuple[Constraint, ...]) -> Path | None:
+    """geomeTRIC's constraints file, written from the constraints read (so it applies what was stated), or None."""
+    if not applied:
         return None
     path = tmp / "constraints.txt"
-    path.write_text(text)
+    path.write_text(Constraints(applied).geometric_text())
     return path
 
 

@@ -27,6 +27,13 @@ JK_CHOICES = ("auto", "device", "pyscf")
 REFERENCES = ("rhf", "uhf", "rohf")
 
 
+#: why gradients (and optimisations, frequencies: everything built on them) refuse --lindep
+LINDEP_GRADIENT = (
+    "canonical orthogonalisation drops overlap eigenvectors that move with the atoms, "
+    "and mp2trn's gradient leaves out the derivative of that projection, so it would not be the derivative of the "
+    "energy; gradients and optimisations need a basis without near-linear dependencies (--lindep is for energies)")
+
+
 @dataclass(frozen=True)
 class ScfOptions:
     """How to run the SCF (the SCF's share of :class:`RunOptions`). ``jkbasis=None``: the JK-fit rules of
@@ -176,6 +183,8 @@ class RunOptions:
                                  "supported yet; use --reference uhf for gradients")
         if self.gradient and not self.scf_df:
             raise InputError("--gradient differentiates the density-fitted SCF mp2trn runs by default; drop --no-scf-df")
+        if self.gradient and self.lindep is not None:
+            raise InputError(f"--lindep with a gradient: {LINDEP_GRADIENT}")
         if self.ecp is not None and not str(self.ecp).strip():
             raise InputError("--ecp needs a name: auto, none, or an ECP/basis name or file")
         unit = str(self.unit).lower()

@@ -340,7 +340,9 @@ def optimization_result(opt, options: RunOptions) -> dict[str, Any]:
         "provenance": {"creator": "mp2trn", "version": __version__, "routine": "mp2trn.geomopt.optimize"},
         "extras": {"mp2trn": {"message": opt.message, "scf_cycles": [s.scf_cycles for s in opt.steps],
                               "seconds": [s.seconds for s in opt.steps],
-                              "max_gradient": [s.max_gradient for s in opt.steps]}},
+                              "max_gradient": [s.max_gradient for s in opt.steps],
+                              "constraints": [{"line": c.line, "applied": text, "geometric": c.geometric_line()}
+                                              for c, text in zip(opt.constraints, opt.stated_constraints())]}},
     }
 
 

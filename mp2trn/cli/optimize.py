@@ -27,7 +27,8 @@ def optimize(
     max_steps: int = typer.Option(100, "--max-steps", help=(
         "Optimisation steps (geomeTRIC iterations, after the starting point's gradient) before giving up (exit 3).")),
     constraints: Optional[Path] = typer.Option(None, "--constraints", help=(
-        "geomeTRIC constraints file ($freeze, $set distance/angle/dihedral, $scan).")),
+        "geomeTRIC constraints file ($freeze, $set distance/angle/dihedral/xyz..., $scan), read strictly: a line "
+        "not understood is an error naming it; the constraints applied are printed before the first step.")),
     resume: bool = typer.Option(False, "--resume", help=(
         "Continue a killed optimisation from the last step in --trajectory (no finished step is recomputed).")),
     reuse_density: bool = typer.Option(True, "--reuse-density/--fresh-guess", help=(
@@ -56,9 +57,13 @@ def optimize(
                       f"rms|g| {step.rms_gradient:.2e}{size}  SCF cycles {step.scf_cycles}  {step.seconds:.1f} s",
                       highlight=False, soft_wrap=True)
 
+    def announce(stated: list[str]) -> None:
+        if not quiet:
+            console.print(f"constraints from {constraints}: " + "; ".join(stated), highlight=False, soft_wrap=True)
+
     with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as device:
         opt = run_optimize(xyz, options, device, convergence, max_steps, constraints, trajectory, resume,
-                           reuse_density, report, comm)
+                           reuse_density, report, comm, announce=announce)
     if opt is None:      # a rank other than 0: it computed its share of every gradient; rank 0 reports
         return
     if out is not None:

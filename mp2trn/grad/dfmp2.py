@@ -25,7 +25,7 @@ from ..devices import Device
 from ..df import build_df, largest_shell, quiet_pyscf
 from ..errors import InputError, ResourceError
 from ..memory import SpinShape, plan_blocks
-from ..options import Frozen
+from ..options import LINDEP_GRADIENT, Frozen
 from ..orbitals import is_uhf, select_frozen, spin_orbitals
 from ..parallel import Comm
 from ..progress import Progress
@@ -66,6 +66,14 @@ def check_supported(mf) -> None:
     check_converged(mf)
 
 
+def check_full_orbital_space(mf) -> None:
+    """Refuse to differentiate an SCF whose orbitals span fewer combinations than the basis has functions
+    (canonical orthogonalisation, ``--lindep``): the projection's derivative is not in the gradient."""
+    nao, nmo = mf.mol.nao_nr(), np.shape(mf.mo_coeff)[-1]
+    if nmo < nao:
+        raise InputError(f"the SCF's orbitals span {nmo} of the {nao} basis functions: {LINDEP_GRADIENT}")
+
+
 def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = None, frozen: Frozen = None,
            c_os: float = 1.0, c_ss: float = 1.0, progress: Progress | None = None,
            derivatives: bool = True, comm: Comm | None = None) -> GradientResult:
@@ -77,6 +85,8 @@ def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = 
     fitting-basis pass (its Γ̄ columns) and of the JK-fit derivative blocks; the sums are all-reduced and
     the orbital response is solved on every rank alike, so every rank returns the same gradient."""
     check_supported(mf)
+    if derivatives:
+        check_full_orbital_space(mf)
     if not device.has_pair_densities:
         raise InputError(f"device {device.name!r} has no gradient pair step in precision {device.precision!r}; run "
                          "gradients on --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
@@ -142,15 +152,12 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
     fast = isinstance(products, ResponseJK)
-    dropped = mol.nao_nr() - chans[0].nmo
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
                 "gradient_jk": ("occupied-factor products of the JK-fit tensor (host, fp64)" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips,
-                **({"gradient_note": f"{dropped} basis combinations dropped by canonical orthogonalisation (--lindep): "
-                                     "the gradient leaves out the derivative of that projection (an approximation; "
-                                     "check it against finite differences where it matters)"} if dropped else {}), "gradient_out_of_core": not plan.incore}
+                "gradient_out_of_core": not plan.incore}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
                           _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir), dm_hf), resp.iterations, timings, what_ran)
 
