@@ -125,13 +125,16 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, options: RunOptions | None = None,
               resume: bool = False, progress: Callable[[int, int, str, float], None] | None = None,
               rank: int | None = None, world_size: int | None = None, optimize: bool = False,
-              convergence: str = "gau", max_steps: int = 100) -> BatchSummary:
+              convergence: str = "gau", max_steps: int = 100, freq: bool = False) -> BatchSummary:
     """Run every molecule of ``inputs`` with ``options``, appending one record each to ``out``.
 
     ``progress(done, total, source, eta_seconds)`` after each molecule. ``rank``/``world_size`` default to
     the torchrun environment; this rank runs sources rank, rank + world_size, ... With ``optimize`` each
     molecule's geometry is optimised (:func:`mp2trn.geomopt.optimize`, ``convergence``, ``max_steps``) and
-    its record holds the final geometry and energy; one that does not converge is a failed record.
+    its record holds the final geometry and energy; one that does not converge is a failed record. With
+    ``freq`` each molecule's frequencies and thermochemistry follow (at the final geometry when optimised):
+    the record's result is the hessian document (:meth:`mp2trn.hessian.FrequencyResult.to_qcschema`), or the
+    optimisation record with it under ``frequencies``.
     """
     from .pipeline import run
 
@@ -157,7 +160,9 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
         record: dict[str, Any] = {"source": str(source)}
         try:
             if optimize:
-                record.update(status="ok", result=_optimised(source, options, convergence, max_steps))
+                record.update(status="ok", result=_optimised(source, options, convergence, max_steps, freq))
+            elif freq:
+                record.update(status="ok", result=_frequencies(source, options))
             else:
                 record.update(status="ok", result=run(source, options).to_qcschema())
             summary.ok += 1
@@ -178,8 +183,20 @@ def run_batch(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, optio
     return summary
 
 
-def _optimised(source: Path, options: RunOptions, convergence: str, max_steps: int) -> dict[str, Any]:
-    """The record of one optimised molecule: final molecule (QCSchema), energy, XYZ, steps and SCF cycles."""
+def _frequencies(source: Path, options: RunOptions, coords_bohr=None) -> dict[str, Any]:
+    """The hessian document of one molecule (at ``coords_bohr`` when given), on this rank alone."""
+    from .hessian import run_frequencies
+    from .pipeline import open_device
+    from .scratch import run_scratch
+
+    with run_scratch(options.scratch), open_device(options) as device:
+        return run_frequencies(source, options, device, coords_bohr=coords_bohr).to_qcschema()
+
+
+def _optimised(source: Path, options: RunOptions, convergence: str, max_steps: int,
+               freq: bool = False) -> dict[str, Any]:
+    """The record of one optimised molecule: final molecule (QCSchema), energy, XYZ, steps and SCF cycles
+    (and with ``freq`` the hessian document at the final geometry)."""
     from .geomopt import optimize
     from .pipeline import open_device
     from .scratch import run_scratch
@@ -190,7 +207,8 @@ def _optimised(source: Path, options: RunOptions, convergence: str, max_steps: i
     return {"energy": final.energy, "final_molecule": final.result.molecule if final.result else None,
             "final_xyz": opt.final_xyz(), "converged": opt.converged, "steps": len(opt.steps),
             "max_gradient": final.max_gradient, "scf_cycles": [s.scf_cycles for s in opt.steps],
-            "method": options.method, "basis": options.basis}
+            "method": options.method, "basis": options.basis,
+            **({"frequencies": _frequencies(source, options, final.coords)} if freq else {})}
 
 
 __all__ = ["BatchSummary", "collect_sources", "run_batch", "done_sources", "append_record", "drop_torn_tail"]

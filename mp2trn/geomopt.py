@@ -197,18 +197,25 @@ class PointCalculator:
                 return
             self.evaluate(message[1:].reshape(-1, 3), -1)
 
-    def evaluate(self, coords_bohr: np.ndarray, step: int) -> OptStep:
+    def evaluate(self, coords_bohr: np.ndarray, step: int, dm0: np.ndarray | None = None) -> OptStep:
+        """The point at ``coords_bohr``; its SCF starts from ``dm0`` when given (a frequency run's reference
+        density), else from the previous point's density (``reuse_density``)."""
         from dataclasses import replace
 
         from .pipeline import compute
 
         t0 = time.perf_counter()
         mol = self.molecule.mol.set_geom_(np.asarray(coords_bohr).reshape(-1, 3), unit="Bohr", inplace=False)
-        result, mf = compute(replace(self.molecule, mol=mol), self.options, self.device,
-                             dm0=self._dm if self.reuse_density else None, comm=self.comm)
+        guess = dm0 if dm0 is not None else (self._dm if self.reuse_density else None)
+        result, mf = compute(replace(self.molecule, mol=mol), self.options, self.device, dm0=guess, comm=self.comm)
         self._dm = mf.make_rdm1()
         return OptStep(step, result.e_tot, np.asarray(result.gradient), mol.atom_coords(unit="Bohr"),
                        result.scf["cycles"], time.perf_counter() - t0, result)
+
+    @property
+    def density(self) -> np.ndarray | None:
+        """The converged AO density of the last point evaluated (None before the first)."""
+        return self._dm
 
     @property
     def start_coords(self) -> np.ndarray:

@@ -119,6 +119,8 @@ class RunOptions:
     the launch (``mp2trn batch`` gives each rank whole molecules); True — as None, and one rank is an error.
     gradient: also the analytic nuclear gradient of the method's energy, the relaxed MP2 density, its dipole
     and natural orbitals (:mod:`mp2trn.grad`; mp2, scs-mp2, sos-mp2 on a density-fitted SCF, one rank).
+    hessian: also the Hessian by central differences of those gradients, the harmonic frequencies, IR
+    intensities and thermochemistry (:mod:`mp2trn.hessian`); hessian_step: its displacement (bohr).
     """
 
     basis: str | dict = "cc-pvdz"
@@ -146,6 +148,8 @@ class RunOptions:
     device_options: Mapping[str, Any] = field(default_factory=dict)
     distributed: bool | None = None
     gradient: bool = False
+    hessian: bool = False
+    hessian_step: float = 0.005
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, (str, Device)):
@@ -185,6 +189,11 @@ class RunOptions:
             raise InputError("--gradient differentiates the density-fitted SCF mp2trn runs by default; drop --no-scf-df")
         if self.gradient and self.lindep is not None:
             raise InputError(f"--lindep with a gradient: {LINDEP_GRADIENT}")
+        if self.hessian and get_method(self.method).double_hybrid:
+            raise InputError(f"--freq/hessian: the Hessian differentiates the analytic gradient of mp2, scs-mp2 and "
+                             f"sos-mp2; {self.method} (a double hybrid) has none yet")
+        if not 0 < self.hessian_step <= 0.1:
+            raise InputError(f"--hessian-step must be between 0 and 0.1 bohr, got {self.hessian_step}")
         if self.ecp is not None and not str(self.ecp).strip():
             raise InputError("--ecp needs a name: auto, none, or an ECP/basis name or file")
         unit = str(self.unit).lower()

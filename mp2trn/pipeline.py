@@ -275,6 +275,11 @@ def run(
     """
     options = RunOptions.build(options, **changes)
     with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as device:
+        if options.hessian:   # the frequency stage over the gradient, its displacements shared over the ranks
+            from .hessian import run_frequencies
+
+            freq = run_frequencies(source, options, device, comm)
+            return replace(freq.hessian.reference.result, frequencies=freq)
         result, _ = compute(source, options, device, progress if comm.rank == 0 else None, keep_pair_energies,
                             comm)
     return result

@@ -8,7 +8,9 @@ converted to version 2 first.
 What an input may say (everything else is an InputError naming what is accepted):
 
 - ``specification.driver``: ``energy``, ``gradient`` (return_result: the natm × 3 analytic gradient in
-  Eh/bohr; mp2, scs-mp2 and sos-mp2) or ``properties`` (return_result: the energies and the SCF and relaxed
+  Eh/bohr; mp2, scs-mp2 and sos-mp2), ``hessian`` (return_result: the (3·natm)² Hessian in Eh/bohr² by
+  central differences of those gradients, :mod:`mp2trn.hessian`; frequencies and thermochemistry in
+  ``extras.mp2trn``) or ``properties`` (return_result: the energies and the SCF and relaxed
   MP2 dipole moments, which also fill ``scf_dipole_moment`` / ``mp2_dipole_moment``).
 - ``specification.model.method``: any method of :mod:`mp2trn.methods` — ``mp2``, ``scs-mp2``,
   ``sos-mp2``, the double hybrids (return_result is that method's total energy) — or ``hf`` / ``scf``
@@ -31,6 +33,8 @@ import json
 import math
 from typing import Any
 
+import numpy as np
+
 from .errors import ConvergenceError, InputError, Mp2trnError, NumericalError, ResourceError
 from .methods import METHODS, get_method
 from .molecule import Atom, Geometry
@@ -41,7 +45,7 @@ EXTRA_HINT = "pip install 'mp2trn[qcschema]' (qcelemental and qcengine)"
 #: methods of the SCF alone (return_result: the SCF energy); every method of :mod:`mp2trn.methods` also runs
 SCF_METHODS = ("hf", "scf")
 #: the drivers a QCSchema input may ask for
-DRIVERS = ("energy", "gradient", "properties")
+DRIVERS = ("energy", "gradient", "properties", "hessian")
 #: keyword → RunOptions field
 KEYWORDS = {
     "device": "device", "precision": "precision", "frozen_core": "frozen", "frozen": "frozen",
@@ -191,6 +195,15 @@ def run_atomic_input(data, memory_mb: float | None = None):
         props = _scf_properties(stage.mf, record)
         extras = {"mp2trn": {"scf": record, "notes": stage.notes, "device": device_name,
                              "molecule": qcschema_molecule(stage.mf.mol)}}
+    elif driver_of(atomic_input) == "hessian":
+        from .hessian import run_frequencies
+
+        with run_scratch(options.scratch), open_device(options) as device:
+            freq = run_frequencies(geometry, options, device)
+        result = freq.hessian.reference.result
+        doc = freq.to_qcschema()
+        props = {**_scf_properties_of(doc), **{k: v for k, v in doc["properties"].items() if k != "return_hessian"}}
+        extras = {"mp2trn": doc["extras"]["mp2trn"], "qcvars": _qcvars(result)}
     else:
         with run_scratch(options.scratch), open_device(options) as device:
             result, mf = compute(geometry, options, device)
@@ -201,10 +214,14 @@ def run_atomic_input(data, memory_mb: float | None = None):
     props["return_energy"] = value
     if not math.isfinite(value):
         raise NumericalError(f"the {method} energy is not finite ({value}); nothing is returned")
-    driver = str(getattr(atomic_input.specification.driver, "value", atomic_input.specification.driver)).lower()
+    driver = driver_of(atomic_input)
     returned: Any = value
     if driver == "gradient":
         returned = result.gradient
+    elif driver == "hessian":
+        returned = freq.hessian.hessian
+        props["return_gradient"] = np.asarray(result.gradient).ravel().tolist()
+        props["return_hessian"] = returned
     elif driver == "properties":
         returned = {"return_energy": value, "scf_dipole_moment": list(result.dipoles["scf"]),
                     "mp2_dipole_moment": list(result.dipoles["mp2_relaxed"])}
@@ -217,6 +234,21 @@ def run_atomic_input(data, memory_mb: float | None = None):
         extras=extras,
         success=True,
     )
+
+
+def driver_of(atomic_input) -> str:
+    """The input's driver as a lower-case string."""
+    driver = atomic_input.specification.driver
+    return str(getattr(driver, "value", driver)).lower()
+
+
+def _scf_properties_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """The SCF properties of a run's QCSchema document (a hessian run keeps no mean-field object)."""
+    sizes = doc["extras"]["mp2trn"].get("sizes", {})
+    props = {"calcinfo_nbasis": sizes.get("nao"), "calcinfo_nmo": sizes.get("nmo"),
+             "calcinfo_nalpha": sizes.get("nalpha"), "calcinfo_nbeta": sizes.get("nbeta"),
+             "calcinfo_natom": sizes.get("natm")}
+    return {k: v for k, v in props.items() if v is not None}
 
 
 def _scf_properties(mf, record: dict[str, Any] | None) -> dict[str, Any]:

@@ -37,6 +37,12 @@ class MP2Result:
     dipoles: dict[str, list[float]] | None = None  # a.u.: "scf", "mp2_unrelaxed", "mp2_relaxed" (with nuclei)
     natural_occupations: list[float] | None = None  # of the relaxed MP2 density, descending
     densities: Any = None  # the gradient stage's GradientResult (AO densities, terms); not written to JSON
+    frequencies: Any = None  # the frequency stage's FrequencyResult (mp2trn.hessian), when the Hessian was asked for
+
+    @property
+    def hessian(self) -> np.ndarray | None:
+        """(3·natm, 3·natm) Eh/bohr², when the Hessian was asked for (``hessian=True``)."""
+        return None if self.frequencies is None else self.frequencies.hessian.hessian
     e_singles: float = 0.0  # ROHF-MBPT(2) singles Σ|f_ia|²/(ε_i − ε_a) (Hartree); 0 for RHF/UHF
     spin_square: float | None = None  # ⟨S²⟩ of the reference determinant (open-shell references)
 
@@ -96,7 +102,10 @@ class MP2Result:
         return out
 
     def to_qcschema(self) -> dict[str, Any]:
-        """A QCSchema ``AtomicResult``-shaped document (schema_name qcschema_output)."""
+        """A QCSchema ``AtomicResult``-shaped document (schema_name qcschema_output); with frequencies a
+        hessian-driver document (:meth:`mp2trn.hessian.FrequencyResult.to_qcschema`)."""
+        if self.frequencies is not None:
+            return self.frequencies.to_qcschema()
         props = {
             "calcinfo_nbasis": self.sizes.get("nao"),
             "calcinfo_nmo": self.sizes.get("nmo"),

@@ -23,6 +23,9 @@ def batch(
         "Optimise each geometry (geomeTRIC on the analytic gradient); records hold the final geometry and energy."))] = False,
     convergence: Annotated[str, typer.Option("--convergence", help="geomeTRIC convergence set (with --optimize).")] = "gau",
     max_steps: Annotated[int, typer.Option("--max-steps", help="Optimisation steps per molecule (with --optimize).")] = 100,
+    freq: Annotated[bool, typer.Option("--freq", help=(
+        "Frequencies and thermochemistry of each molecule (at its final geometry with --optimize); records hold "
+        "the hessian document (as mp2trn freq --json writes)."))] = False,
     quiet: Quiet = False,
     **flags,
 ) -> None:
@@ -42,7 +45,7 @@ def batch(
 
         with _BatchProgress(show) as progress:
             summary = run_batch(inputs, out, options, resume=True, progress=progress, optimize=optimize,
-                                convergence=convergence, max_steps=max_steps)
+                                convergence=convergence, max_steps=max_steps, freq=freq)
         summaries = _gather(group, summary)
     finally:
         if group is not None:
