@@ -33,6 +33,12 @@ given  ``--jkbasis``                                                 ``--auxbasi
 Rule 3 is what Psi4 (``DF_BASIS_SCF`` falls back to def2-universal-jkfit) and ORCA (def2/J, def2/JK and
 the def2-XXX/C sets for any orbital basis) do for basis families without fitting partners.
 
+**Other programs' names** (:func:`other_program_name`): a given fitting basis may be named as Psi4
+(``def2-svp-ri``, ``def2-universal-jkfit``, ``cc-pvtz-jkfit``) or ORCA (``def2/J``, ``def2/JK``,
+``def2-SVP/C``, ``aug-cc-pVTZ/C``) spell it. Each element is looked up under the name as typed first, then
+under the name of the set it means (Psi4's ``def2-svp-ri`` is the BSE's def2-SVP-RIFIT), both through the
+sources above; the record keeps the name typed and, per element, the set that ran.
+
 **Spherical or Cartesian** (:func:`cartesian_convention`): the 6-31G family (3-21G, 6-31G, 6-31G*, ...)
 is defined with Cartesian d functions, as the basis files Psi4 ships declare; other bases use the
 convention the BSE records for them (Cartesian only when it lists no spherical form), else spherical.
@@ -40,11 +46,12 @@ convention the BSE records for them (Cartesian only when it lists no spherical f
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -103,6 +110,10 @@ class BasisSet:
     role: str
     per_element: dict[str, ElementBasis]
     rules: dict[str, str] = field(default_factory=dict)
+    #: the name the user typed (fitting bases named with --auxbasis/--jkbasis), None when chosen by the rules
+    given: str | None = None
+    #: symbol → the other program's name it was found under (a name PySCF and the BSE spell differently)
+    read_as: dict[str, ForeignName] = field(default_factory=dict)
 
     def pyscf_basis(self) -> dict[str, Any]:
         """The basis as PySCF takes it: {symbol: name or shells}."""
@@ -122,11 +133,19 @@ class BasisSet:
         return sorted(s for s, eb in self.per_element.items() if eb.source == GENERATED)
 
     def record(self) -> dict[str, Any]:
-        """What-ran entry: name, and per element the name and source (and the fitting rule)."""
+        """What-ran entry: name (the set that ran), the name typed when one was given, and per element the
+        name and source (the fitting rule; the other program's name it was read as)."""
         out: dict[str, Any] = {"name": self.name,
-                               "elements": {s: {"name": eb.name, "source": eb.source,
-                                                **({"rule": self.rules[s]} if s in self.rules else {})}
-                                            for s, eb in sorted(self.per_element.items())}}
+                               **({"given": self.given} if self.given is not None else {}),
+                               "elements": {s: self._element_record(s, eb) for s, eb in sorted(self.per_element.items())}}
+        return out
+
+    def _element_record(self, symbol: str, eb: ElementBasis) -> dict[str, str]:
+        out = {"name": eb.name, "source": eb.source}
+        if symbol in self.rules:
+            out["rule"] = self.rules[symbol]
+        if symbol in self.read_as:
+            out["read_as"] = self.read_as[symbol].describe()
         return out
 
 
@@ -303,6 +322,113 @@ def element_ecp(name: str, symbol: str, source: str | None = None) -> tuple[Any,
     return (data, bse_source()) if data else None
 
 
+# -- other programs' names for fitting bases ----------------------------------------------------------
+@dataclass(frozen=True)
+class ForeignName:
+    """A fitting-basis name as another program spells it, and the name of the set it means in PySCF's
+    library or the BSE (``meaning``, looked up like any name)."""
+
+    typed: str
+    program: str   # "Psi4" or "ORCA"
+    meaning: str
+
+    def describe(self) -> str:
+        """"ORCA's def2-SVP/C = def2-svp-rifit"."""
+        return f"{self.program}'s {self.typed} = {self.meaning}"
+
+
+#: (program, pattern on the lower-cased name, the set it means); the first match counts. Psi4's basis files
+#: def2-*-jkfit all hold Weigend's universal JK-fit set (F. Weigend, J. Comput. Chem. 29, 167 (2008)), its
+#: *-ri files the RI-fit sets the BSE calls *-rifit; ORCA names def2/J the universal Coulomb-fit set
+#: (F. Weigend, Phys. Chem. Chem. Phys. 8, 1057 (2006)), def2/JK the universal JK-fit set, and a
+#: correlation-fit set after its orbital basis with /C (ORCA manual, "Built-in basis sets").
+OTHER_PROGRAM_NAMES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("ORCA", re.compile(r"^def2/j$"), "def2-universal-jfit"),
+    ("ORCA", re.compile(r"^def2/jk$"), "def2-universal-jkfit"),
+    ("ORCA", re.compile(r"^(?P<orbital>[^/]+)/c$"), "{orbital}-rifit"),
+    ("ORCA", re.compile(r"^(?P<orbital>[^/]+)/jk$"), "{orbital}-jkfit"),
+    ("Psi4", re.compile(r"^def2-(?!universal-)[a-z()]+-jkfit$"), "def2-universal-jkfit"),
+    ("Psi4", re.compile(r"^(?P<orbital>.+)-ri$"), "{orbital}-rifit"),
+)
+#: names that no set stands for, with what to do instead
+UNMAPPED_NAMES = {
+    "autoaux": "ORCA's AutoAux generates a fitting set from the orbital basis at run time; mp2trn has no "
+               "such generator: leave the flag out (the fitting rules of docs/bases.md choose a published set) "
+               "or name one",
+}
+
+
+def other_program_name(name: str) -> ForeignName | None:
+    """What Psi4's or ORCA's fitting-basis ``name`` means (see ``OTHER_PROGRAM_NAMES``), or None.
+
+    Psi4 writes parentheses as underscores in its file names (def2-sv_p_-ri for def2-SV(P)-RI): both
+    spellings are read."""
+    key = _psi4_parentheses(name.strip().lower())
+    for program, pattern, meaning in OTHER_PROGRAM_NAMES:
+        match = pattern.match(key)
+        if match:
+            return ForeignName(name.strip(), program, meaning.format(**match.groupdict()))
+    return None
+
+
+def _psi4_parentheses(name: str) -> str:
+    """'def2-sv_p_-ri' → 'def2-sv(p)-ri' (Psi4's file names write parentheses as underscores; PySCF's
+    library would drop the underscores and read def2-SVP-RI)."""
+    return re.sub(r"_([A-Za-z0-9]+)_", r"(\1)", name)
+
+
+def near_matches(name: str, fitting: bool, count: int = 5) -> list[str]:
+    """Up to ``count`` known basis names spelt like ``name`` (the BSE's and PySCF's library's, fitting sets
+    or orbital bases as ``fitting`` says), closest first."""
+    from pyscf.gto import basis as lib_basis
+
+    def squash(text: str) -> str:
+        return re.sub(r"[-_ /()]", "", text.lower())
+
+    names = {meta["display_name"] for meta in _bse_metadata().values()
+             if (meta.get("role") != "orbital") == fitting}
+    for entry in lib_basis.ALIAS.values():
+        if isinstance(entry, str) and entry.endswith(".dat"):
+            stem = Path(entry).stem
+            if bool(re.search(r"fit|-ri$", stem)) == fitting:
+                names.add(stem)
+    by_key: dict[str, str] = {}
+    for known in sorted(names):
+        by_key.setdefault(squash(known), known)
+    return [by_key[k] for k in difflib.get_close_matches(squash(name), list(by_key), n=count, cutoff=0.7)]
+
+
+def _load_named(name: str, symbol: str, other_programs: bool) -> tuple[ElementBasis | None, ForeignName | None]:
+    """``symbol``'s functions under ``name``; failing that (``other_programs``), under the set another
+    program's ``name`` means. Returns the functions (or None) and the other program's name when it was used."""
+    if not other_programs or _is_file(name):
+        return load_element(name, symbol), None
+    eb = load_element(_psi4_parentheses(name), symbol)
+    if eb is not None:
+        return eb, None
+    foreign = other_program_name(name)
+    eb = load_element(foreign.meaning, symbol) if foreign is not None else None
+    return eb, (foreign if eb is not None else None)
+
+
+def _known_name(name: str) -> bool:
+    """Whether PySCF's library or the BSE has a basis called ``name`` (for any element)."""
+    return _in_pyscf_library(name) or _bse_key(name) in _bse_metadata()
+
+
+def _unknown_name_hint(name: str, fitting: bool) -> str:
+    """The end of an unknown name's error: what the name is, or the known names spelt like it."""
+    if name.strip().lower() in UNMAPPED_NAMES:
+        return f"; {UNMAPPED_NAMES[name.strip().lower()]}"
+    foreign = other_program_name(name)
+    if foreign is not None and fitting:
+        return f" (nor {foreign.describe()} for them)"
+    if foreign is not None and _known_name(foreign.meaning):
+        return f" ({foreign.describe()}, a fitting basis: give it as --auxbasis or --jkbasis)"
+    close = near_matches(name, fitting)
+    return f"; near matches: {', '.join(close)}" if close else "; no known name is close"
+
+
 # -- a whole molecule ------------------------------------------------------------------------------
 def unique_symbols(symbols: Iterable[str]) -> list[str]:
     """Element symbols in first-seen order, without duplicates."""
@@ -326,8 +452,21 @@ def resolve_orbital(basis: str | dict, symbols: Iterable[str]) -> BasisSet:
 
     An element no source has is an InputError that names it and the sources tried.
     """
+    return resolve_named("orbital", basis, symbols)
+
+
+def resolve_named(role: str, basis: str | dict, symbols: Iterable[str]) -> BasisSet:
+    """The basis of ``role`` named by ``basis`` (one name/path for all elements, or {symbol: name/path}) for
+    ``symbols``, every element from its first source. Fitting bases (``role`` "jkfit"/"rifit") may be
+    named as Psi4 or ORCA spell them (:func:`other_program_name`).
+
+    An element no source has is an InputError that names it and the sources tried; a name known nowhere
+    lists the known names spelt like it.
+    """
+    fitting = role != "orbital"
     basis = parse_per_element(basis)
     per_element: dict[str, ElementBasis] = {}
+    read_as: dict[str, ForeignName] = {}
     missing = []
     for sym in unique_symbols(symbols):
         name = basis.get(sym, basis.get(sym.lower())) if isinstance(basis, dict) else basis
@@ -337,20 +476,33 @@ def resolve_orbital(basis: str | dict, symbols: Iterable[str]) -> BasisSet:
         if not isinstance(name, str):   # already PySCF basis data
             per_element[sym] = ElementBasis(name, "custom", "given as data")
             continue
-        eb = load_element(name, sym)
+        eb, foreign = _load_named(name, sym, fitting)
         if eb is None:
             missing.append(sym)
-        else:
-            per_element[sym] = eb
+            continue
+        per_element[sym] = eb
+        if foreign is not None:
+            read_as[sym] = foreign
     if missing and not per_element and isinstance(basis, str) and not _is_file(basis):
         raise InputError(f"basis {basis!r} is not available: neither PySCF's library nor the Basis Set Exchange "
-                         f"has it for {', '.join(missing)} (check the name, or give a basis file by path)")
+                         f"has it for {', '.join(missing)} (check the name, or give a basis file by path)"
+                         + _unknown_name_hint(basis, fitting))
     if missing:
         label = basis if isinstance(basis, str) else "given basis"
+        foreign = other_program_name(basis) if fitting and isinstance(basis, str) else None
+        also = f", also as {foreign.describe()}" if foreign is not None else ""
         raise InputError(f"basis {label!r} has no functions for {', '.join(missing)} (looked in "
-                         f"{'the file' if isinstance(basis, str) and _is_file(basis) else 'PySCF library and the Basis Set Exchange'}); "
-                         "choose a basis that covers every element")
-    return BasisSet("orbital", per_element)
+                         f"{'the file' if isinstance(basis, str) and _is_file(basis) else 'PySCF library and the Basis Set Exchange'}"
+                         f"{also}); choose a basis that covers every element")
+    given = _printable(basis) if fitting else None
+    return BasisSet(role, per_element, given=given, read_as=read_as)
+
+
+def _printable(basis: str | dict) -> str:
+    """The name as typed: 'def2/J', or 'H:cc-pvdz-ri, I:def2-svp-ri' per element (data shows as 'custom')."""
+    if isinstance(basis, str):
+        return basis
+    return ", ".join(f"{sym}:{name if isinstance(name, str) else 'custom'}" for sym, name in basis.items())
 
 
 def resolve_ecp(ecp: str | None, orbital: BasisSet, atom_symbols: list[str], ghosts: list[bool],
@@ -452,12 +604,12 @@ def fitting_basis(role: str, orbital: BasisSet, symbols: Iterable[str], given: s
     flag = "--jkbasis" if role == "jkfit" else "--auxbasis"
     if given:
         try:
-            chosen = resolve_orbital(given, symbols)
+            chosen = resolve_named(role, given, symbols)
         except InputError as exc:
             label = "auxiliary basis" if role == "rifit" else "JK-fit basis"
             detail = str(exc).split(": ", 1)[-1] if "is not available" in str(exc) else str(exc)
             raise InputError(f"{label} {given!r} is not usable for this molecule ({flag}): {detail}") from None
-        return BasisSet(role, chosen.per_element, {s: "given" for s in chosen.per_element})
+        return replace(chosen, rules={s: "given" for s in chosen.per_element})
     per_element: dict[str, ElementBasis] = {}
     rules: dict[str, str] = {}
     for sym in unique_symbols(symbols):
