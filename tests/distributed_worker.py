@@ -49,6 +49,8 @@ CASES = {
     "water_rhf": ("water", {"basis": "cc-pvdz"}),
     "hydroxyl_uhf_small_blocks": ("hydroxyl", {"basis": "cc-pvdz", "device": "one-orbital-blocks"}),
     "methylene_uhf_frozen": ("methylene_triplet", {"basis": "cc-pvdz", "frozen": "auto"}),
+    "hydroxyl_rohf_small_blocks": ("hydroxyl", {"basis": "cc-pvdz", "device": "one-orbital-blocks", "reference": "rohf",
+                                                "frozen": "auto"}),
     "water_sim": ("water", {"basis": "cc-pvdz", "device": "sim"}),
     "hydroxyl_sim_small_blocks": ("hydroxyl", {"basis": "cc-pvdz", "device": "sim-one-orbital-blocks"}),
     "stannane_ecp": ("heavy/stannane", {"basis": "def2-svp"}),   # the tin ECP over ranks
@@ -72,6 +74,7 @@ def energies(out: Path) -> None:
     for name in CASES:
         result = run_case(name)
         record = {"e_hf": result.e_hf, "e_corr_os": result.e_corr_os, "e_corr_ss": result.e_corr_ss,
+                  "e_singles": result.e_singles,
                   "parallel": result.parallel, "scf": result.scf, "notes": result.notes,
                   "cost_stages": (result.cost or {}).get("stages")}
         (out / f"{name}.rank{dist.get_rank()}.json").write_text(json.dumps(record))

@@ -60,13 +60,15 @@ def _one_rank(name: str) -> mp2trn.MP2Result:
     return run_case(name)
 
 
-@pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks", "methylene_uhf_frozen", "stannane_ecp"])
+@pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks", "methylene_uhf_frozen", "stannane_ecp",
+                                  "hydroxyl_rohf_small_blocks"])
 def test_two_ranks_give_the_one_rank_energies(two_rank_results, name):
     ref = _one_rank(name)
     for record in two_rank_results[name]:   # every rank returns the same result
         assert abs(record["e_hf"] - ref.e_hf) <= 1e-10
         assert abs(record["e_corr_os"] - ref.e_corr_os) <= 1e-10
         assert abs(record["e_corr_ss"] - ref.e_corr_ss) <= 1e-10
+        assert abs(record["e_singles"] - ref.e_singles) <= 1e-10
         assert record["scf"]["ranks"] == 2 and "this rank's" in record["scf"]["tensor"]
 
 
