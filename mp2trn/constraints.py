@@ -248,7 +248,8 @@ def _span(part: str, refuse) -> range:
 def _check_atoms(kind: str, ctype: ConstraintType, atoms: tuple[tuple[int, ...], ...], refuse) -> None:
     flat = [a for group in atoms for a in group]
     if len(set(flat)) != len(flat):
-        raise refuse(f"the {'groups of one ' + kind + ' must not overlap' if ctype.groups else 'atoms of one ' + kind + ' must differ'}")
+        raise refuse(f"the groups of one {kind} must not overlap" if ctype.groups else
+                     f"the atoms of one {kind} must differ")
     if kind == "rotation" and len(flat) < 2:
         raise refuse("a rotation needs a group of at least two atoms")
 
