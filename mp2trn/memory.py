@@ -132,9 +132,13 @@ class BlockPlan:
 
 
 def plan_blocks(
-    nao: int, naux: int, spins: list[SpinShape], max_aux_shell: int, budget_mb: float, itemsize: int = 8
+    nao: int, naux: int, spins: list[SpinShape], max_aux_shell: int, budget_mb: float, itemsize: int = 8,
+    beside_bytes: float = 0.0,
 ) -> BlockPlan:
-    """Choose block sizes that fit ``budget_mb``; raise ResourceError if nothing fits."""
+    """Choose block sizes that fit ``budget_mb``; raise ResourceError if nothing fits.
+
+    ``beside_bytes``: an array that lives in memory beside B whenever B does (the gradient's Γ̄, the size of B
+    in fp64): B stays in memory only when both fit, and the blocks are planned around both."""
     if budget_mb <= 0:
         raise InputError(f"memory budget must be positive, got {budget_mb} MB")
     budget = budget_mb * MB * (1 - _RESERVE)
@@ -146,9 +150,9 @@ def plan_blocks(
             f"memory budget {_mb(budget_mb * MB)} is too small: the auxiliary metric alone needs "
             f"{_mb(fixed / (1 - _RESERVE))}; raise --memory"
         )
-    incore = b_bytes <= _INCORE_SHARE * free
+    incore = b_bytes + beside_bytes <= _INCORE_SHARE * free
     if incore:
-        free -= b_bytes
+        free -= b_bytes + beside_bytes
     nocc_max = max(s.nocc for s in spins)
     nvir_max = max(s.nvir for s in spins)
 
@@ -156,7 +160,7 @@ def plan_blocks(
     per_aux = 2 * nao * nao * 8 + nao * nocc_max * 8 + nocc_max * nvir_max * (8 + itemsize)
     aux_block = int(free // per_aux)
     if aux_block < max_aux_shell:
-        need = (max_aux_shell * per_aux + fixed + (b_bytes if incore else 0)) / (1 - _RESERVE)
+        need = (max_aux_shell * per_aux + fixed + (b_bytes + beside_bytes if incore else 0)) / (1 - _RESERVE)
         raise ResourceError(
             f"memory budget {_mb(budget_mb * MB)} is too small for one block of AO integrals "
             f"({_mb(need)} needed at least); raise --memory"
@@ -175,7 +179,8 @@ def plan_blocks(
     if occ_block == 0:
         raise ResourceError(
             f"memory budget {_mb(budget_mb * MB)} is too small for one pair block "
-            f"({_mb((pair_bytes(1) + fixed + (b_bytes if incore else 0)) / (1 - _RESERVE))} needed at least); raise --memory"
+            f"({_mb((pair_bytes(1) + fixed + (b_bytes + beside_bytes if incore else 0)) / (1 - _RESERVE))} needed at least); "
+            "raise --memory"
         )
     metric_cols = max(1, int(free // (3 * naux * itemsize)))
     return BlockPlan(budget_mb, aux_block, occ_block, metric_cols, incore, b_bytes / MB)
@@ -189,6 +194,234 @@ def check_budget_before_scf(nao: int, nelec: tuple[int, int], naux: int, max_aux
     """
     spins = [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(nelec))]
     plan_blocks(nao, naux, spins, max_aux_shell, budget, itemsize=itemsize)
+
+
+# -- the gradient's plan ------------------------------------------------------------------------------------
+#: JK-fit rows the response's tensor is solved in at most (MB of one row chunk of its integrals)
+_FACTOR_CHUNK_MB = 256.0
+
+
+@dataclass(frozen=True)
+class ChannelShape:
+    """Orbital counts of one gradient channel (a spin; RHF: one channel): every occupied orbital (frozen
+    core included), the active (correlated) ones and the virtual ones."""
+
+    nocc: int
+    nact: int
+    nvir: int
+
+    @property
+    def nmo(self) -> int:
+        return self.nocc + self.nvir
+
+
+@dataclass(frozen=True)
+class GradientSizes:
+    """What the gradient's plan needs to know of a run: basis functions, the MP2 (RI) and SCF (JK) fitting
+    bases' sizes and largest shells, the channels and the bytes per stored B element."""
+
+    nao: int
+    naux: int
+    max_aux_shell: int
+    naux_jk: int
+    max_jk_shell: int
+    channels: tuple[ChannelShape, ...]
+    itemsize: int = 8
+
+
+@dataclass(frozen=True)
+class GradientPlan:
+    """Block sizes and residency of every gradient stage, all from one budget (MB).
+
+    ``b_blocks``: the B build (as the energy's); ``stores_incore``: B and Γ̄ in memory (else HDF5 files in
+    the run's scratch directory); ``strip_block``: occupied orbitals k per strip of the sweep;
+    ``pair_block``: 0 when a strip reads one spin's whole B, else the occupied orbitals i per block when B
+    is streamed in pairs of such blocks; ``metric_cols``: columns per metric solve of Γ̄; ``ri_aux_block``:
+    fitting functions per block of the fitting-basis pass; ``response_factors``: the response's MO blocks of
+    the JK-fit tensor in memory (else generic J/K builds, which resident-or-stream the tensor by the SCF's
+    own plan), ``factor_chunk_mb``: the row chunk their tensor is solved in; ``jk_half_incore``: the JK-fit
+    pass's (P|iμ) per channel in memory (else HDF5), ``jk_columns``: occupied orbitals per column block of
+    its metric solve, ``jk_aux_block``: JK-fit functions per derivative-integral block; ``stage_mb``: the
+    planned peak of each stage (MB, arrays mp2trn allocates)."""
+
+    budget_mb: float
+    b_blocks: BlockPlan
+    stores_incore: bool
+    strip_block: int
+    pair_block: int
+    metric_cols: int
+    ri_aux_block: int
+    response_factors: bool
+    factor_chunk_mb: float
+    jk_half_incore: bool
+    jk_columns: int
+    jk_aux_block: int
+    stage_mb: dict
+
+    def residency(self, response_factors: bool | None = None) -> dict[str, str]:
+        """Which arrays stayed in memory and which were streamed, by name (what-ran); ``response_factors``:
+        whether the response made its MO blocks after all (None: as planned)."""
+        made = self.response_factors if response_factors is None else response_factors
+        place = {True: "in memory", False: "streamed from an HDF5 file in the scratch directory"}
+        sweep = ("one spin's whole B per strip" if self.pair_block == 0 else
+                 f"B streamed in pairs of {self.pair_block}-orbital occupied blocks")
+        return {"B": place[self.stores_incore], "Gamma": place[self.stores_incore],
+                "pair_sweep": f"{sweep}, {self.strip_block} occupied orbitals per strip",
+                "response_jkfit_mo_blocks": ("in memory (B_oo, B_vo, B_vv and the packed JK-fit tensor)"
+                                             if made else
+                                             "not made: J/K builds of the SCF's tensor (resident or streamed by "
+                                             "the SCF's plan)"),
+                "jkfit_half_transformed": place[self.jk_half_incore],
+                "fitting_basis_block": f"{self.ri_aux_block} RI functions",
+                "derivative_block": f"{self.jk_aux_block} JK-fit functions",
+                "planned_peak_mb": {k: round(v, 1) for k, v in self.stage_mb.items()}}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | None = None) -> GradientPlan:
+    """Choose the gradient's block sizes and residency so that every stage fits ``budget_mb`` (MB, the budget
+    of the whole run, less the same reserve as the energy's); ``device_mb``: the memory of a device that
+    computes in its own memory (None: it computes in host memory, counted in the budget). Raises
+    ResourceError, naming the stage and the smallest budget that works, when some stage cannot fit."""
+    plan = _plan_gradient(sizes, budget_mb, device_mb)
+    if isinstance(plan, GradientPlan):
+        return plan
+    smallest = smallest_budget_mb(lambda mb: isinstance(_plan_gradient(sizes, mb, device_mb), GradientPlan))
+    raise ResourceError(f"memory budget {_mb(budget_mb * MB)} is too small for the gradient's {plan}; the smallest "
+                        f"budget this gradient fits is {smallest:.0f} MB: raise --memory")
+
+
+def strip_cap(naux: int, nact: int, nvir: int, budget_mb: float) -> int:
+    """Occupied orbitals k per strip of the pair sweep at most: the strip's Γ̄ rows and a k column of
+    amplitudes within a tenth of the budget (larger strips gain nothing); the plan lowers it where the rest
+    of the sweep needs the room."""
+    return min(nact, max(1, int(0.1 * budget_mb * MB // (naux * nvir * 16))))
+
+
+def smallest_budget_mb(fits, start_mb: float = 1.0, ceiling_mb: float = 1e8) -> float:
+    """The smallest budget (MB, to 1 %) for which ``fits(budget_mb)`` holds (a plan that fits a budget fits
+    every larger one)."""
+    hi = start_mb
+    while not fits(hi):
+        hi *= 2
+        if hi > ceiling_mb:
+            raise ResourceError(f"no memory budget up to {ceiling_mb / 1e6:.0f} TB fits this run")
+    lo = hi / 2
+    while hi - lo > 0.01 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | None) -> GradientPlan | str:
+    """The plan, or the name of the first stage that does not fit (for the error)."""
+    if budget_mb <= 0:
+        raise InputError(f"memory budget must be positive, got {budget_mb} MB")
+    f8, item = 8, sizes.itemsize
+    nao, naux, naux_jk = sizes.nao, sizes.naux, sizes.naux_jk
+    chans = sizes.channels
+    nocc, nact = max(c.nocc for c in chans), max(c.nact for c in chans)
+    nvir, nmo = max(c.nvir for c in chans), max(c.nmo for c in chans)
+    avail = budget_mb * MB * (1 - _RESERVE)
+    # held by every stage: the RI metric's factor, orbitals, densities and Lagrangians (a few nmo² per
+    # channel), the nao² work of the one-electron terms, the relaxed density and the Molden orbitals
+    small = naux * naux * f8 + (12 * len(chans) * nmo * nmo + 12 * nao * nao) * f8
+    # held by the JK-fit derivative stage: its metric factor and γ, (P|Q)^R of the metric gradient (3×)
+    jk_fixed = 5 * naux_jk * naux_jk * f8
+    b_bytes = naux * sum(c.nact * c.nvir for c in chans) * item
+    g_bytes = naux * sum(c.nact * c.nvir for c in chans) * f8
+    stage: dict[str, float] = {}
+
+    # 1. B (the energy's build), with Γ̄ beside it in memory when both fit
+    try:
+        b_plan = plan_blocks(nao, naux, [SpinShape(c.nact, c.nvir) for c in chans], sizes.max_aux_shell, budget_mb,
+                             itemsize=item, beside_bytes=g_bytes)
+    except ResourceError:
+        return "build of B (one block of AO integrals)"
+    incore = b_plan.incore
+    stores = b_bytes + g_bytes if incore else 0.0
+    free = avail - small - stores
+    if free <= 0:
+        return "B and Γ̄ stores"
+
+    # 2. the pair sweep: a strip is every i against a block of k (b_k, its Γ̄ rows out and summed, and the
+    # amplitudes of one k: τ, t̃ and their reordered copies); B of every i is a view of the store, one spin's
+    # read from the file, or a pair of i blocks read into one buffer (plus the block being read)
+    per_k = naux * nvir * (item + 3 * f8)
+
+    def amplitudes(ni: int) -> float:
+        return 5 * ni * nvir * nvir * f8
+
+    def on_device(ni: int, nk: int) -> bool:   # the device's copy of a strip's arrays, when it has its own memory
+        return device_mb is None or naux * ni * nvir * item + nk * per_k + amplitudes(ni) <= 0.9 * device_mb * MB
+
+    whole = 0.0 if incore else naux * nact * nvir * item
+    nk_cap = strip_cap(naux, nact, nvir, budget_mb)
+    strip, pair = 0, 0
+    if whole + per_k + amplitudes(nact) <= free and on_device(nact, 1):
+        strip = max(k for k in range(1, nk_cap + 1) if k == 1 or
+                    (whole + k * per_k + amplitudes(nact) <= free and on_device(nact, k)))
+        stage["pair_sweep"] = stores + small + whole + strip * per_k + amplitudes(nact)
+    else:
+        def pair_bytes(ni: int, nk: int) -> float:
+            return 3 * naux * ni * nvir * item + nk * per_k + amplitudes(2 * ni)
+
+        fitting = [n for n in range(1, max(1, nact // 2) + 1) if pair_bytes(n, 1) <= free and on_device(2 * n, 1)]
+        if not fitting:
+            return "pair sweep (two blocks of one occupied orbital of B and one strip)"
+        pair = max(fitting)
+        strip = max(k for k in range(1, nk_cap + 1) if k == 1 or (pair_bytes(pair, k) <= free and on_device(2 * pair, k)))
+        stage["pair_sweep"] = stores + small + pair_bytes(pair, strip)
+
+    # Γ̄'s metric density and solve: the (naux, naux) sums and solves, and column blocks of Γ̄ and B
+    metric_work = 4 * naux * naux * f8
+    if free - metric_work < 4 * naux * f8:
+        return "metric density of Γ̄ (four naux² arrays and one column)"
+    metric_cols = max(1, int((free - metric_work) // (4 * naux * f8)))
+    stage["metric_density"] = stores + small + metric_work + min(metric_cols, naux * nact * nvir) * 4 * naux * f8
+
+    # 3. the fitting-basis pass (B is closed by then): integrals, their rows, the AO 2PDM, its symmetrised copy,
+    # three derivative components, the block's Γ rows and their half-transforms
+    per_aux = (8 * nao * nao + 4 * nmo * nao + nact * nvir) * f8
+    free_ri = avail - small - (g_bytes if incore else 0.0)
+    ri_block = int(free_ri // per_aux) if free_ri > 0 else 0
+    if ri_block < sizes.max_aux_shell:
+        return f"fitting-basis pass (one block of {sizes.max_aux_shell} RI functions)"
+    ri_block = min(ri_block, naux)
+    stage["fitting_basis_pass"] = small + (g_bytes if incore else 0.0) + ri_block * per_aux
+
+    # 4. the orbital response: the MO blocks of the JK-fit tensor (with the packed tensor, its Z-vector
+    # temporaries and a solve chunk while it is built) when they fit, else generic J/K builds
+    npair = nao * (nao + 1) // 2
+    chunk_mb = max(1.0, min(_FACTOR_CHUNK_MB, 0.05 * avail / MB))
+    tensor = naux_jk * npair * f8
+    blocks = naux_jk * sum(c.nocc ** 2 + 2 * c.nvir * c.nocc + c.nvir ** 2 for c in chans) * f8
+    rows = max(1, int(64e6 // (nao * nao * f8)))
+    factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nvir * nocc * f8 + 3 * rows * nao * nao * f8)
+    response_factors = factors <= avail - small
+    stage["response"] = small + (factors if response_factors else min(tensor, 0.5 * budget_mb * MB) + 0.1 * avail)
+
+    # 5. the JK-fit derivative pass: (P|iμ) per channel, in memory when it fits; its metric solve in column
+    # blocks of occupied orbitals (the block read, V⁻¹ of it, Z times that); the integral and derivative
+    # blocks as in the fitting-basis pass
+    half = naux_jk * nao * sum(c.nocc for c in chans) * f8
+    free_jk = avail - small - jk_fixed
+    if free_jk <= 0:
+        return "JK-fit derivative pass (its metric factor and density)"
+    half_incore = half <= _INCORE_SHARE * free_jk
+    free_jk -= half if half_incore else 0.0
+    per_col = 4 * naux_jk * nao * f8
+    per_jk_aux = (7 * nao * nao + 2 * nao * nocc) * f8
+    if free_jk < max(per_col, sizes.max_jk_shell * per_jk_aux):
+        return f"JK-fit derivative pass (one block of {sizes.max_jk_shell} JK-fit functions)"
+    jk_columns = min(nocc, int(free_jk // per_col))
+    jk_block = min(naux_jk, int(free_jk // per_jk_aux))
+    stage["derivative_integrals"] = small + jk_fixed + (half if half_incore else 0.0) + \
+        max(jk_columns * per_col, jk_block * per_jk_aux)
+    return GradientPlan(budget_mb, b_plan, incore, strip, pair, metric_cols, ri_block, response_factors, chunk_mb,
+                        half_incore, jk_columns, jk_block, {k: v / MB for k, v in stage.items()})
 
 
 def prefetched(blocks, depth: int = 1):

@@ -27,11 +27,16 @@ from .scratch import check_stopped
 
 
 
+#: auxiliary rows of a file read at a time into part of a larger buffer (a temporary of this many rows)
+_READ_ROWS = 64
+
+
 class BStore:
     """Holds one 2-D (naux, nocc·nvir) array per spin: NumPy in memory or datasets in a temp HDF5."""
 
     def __init__(self, naux: int, spins: list[SpinOrbitals], dtype: np.dtype, incore: bool, tmpdir: str | None = None):
         self.incore = incore
+        self.dtype = np.dtype(dtype)
         self._file = None
         self._path = None
         self.arrays: list = []
@@ -52,6 +57,17 @@ class BStore:
         block = arr[:, i0 * nvir : i1 * nvir]
         block = np.asarray(block)
         return block.reshape(block.shape[0], i1 - i0, nvir)
+
+    def read_occ_block(self, spin: int, nvir: int, i0: int, i1: int, out: np.ndarray) -> None:
+        """B for occupied orbitals i0:i1 into ``out`` (naux, i1−i0, nvir) (a part of a larger buffer): read
+        straight from the file when out of core, with no array of its own."""
+        arr = self.arrays[spin]
+        if isinstance(arr, np.ndarray):
+            out[...] = arr[:, i0 * nvir : i1 * nvir].reshape(out.shape)
+            return
+        for row in range(0, out.shape[0], _READ_ROWS):   # h5py reads into a contiguous destination
+            stop = min(out.shape[0], row + _READ_ROWS)
+            out[row:stop] = arr[row:stop, i0 * nvir : i1 * nvir].reshape(stop - row, i1 - i0, nvir)
 
     def close(self) -> None:
         if self._file is not None:

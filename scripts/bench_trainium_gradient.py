@@ -7,7 +7,7 @@ docs/benchmarks_trainium.md between its markers.
 
 Everything here is a MODEL (the NKI emulator's cost model, docs/emulator.md), not a measurement. The sweep
 launches ``mp2_density`` once per strip (every i × a block of k); the strip size is the host's
-(:func:`mp2trn.grad.dfmp2._strip_block` with a 16 GB budget), shorter last strips are padded to one
+(:func:`mp2trn.memory.strip_cap` with a 16 GB budget), shorter last strips are padded to one
 signature, and the kernel has no data-dependent control flow, so ONE launch per shape is emulated on random
 tensors of that shape and counted as often as the sweep launches it (as scripts/bench_trainium_model.py
 does for the energy). RHF: one strip case with t̃ = 2τ − τᵀ.
@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mp2trn.devices.nki_device import SimDevice
-from mp2trn.grad.dfmp2 import _strip_block
-from mp2trn.orbitals import SpinOrbitals
+from mp2trn.memory import strip_cap
 from mp2trn.files import replace_marked_block
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +37,7 @@ SHAPES = {
 
 def model(naux: int, nocc: int, nvir: int, budget_mb: float = 16000.0) -> dict:
     """The sweep's modeled cost on one NeuronCore: strips, one emulated launch, totals per target."""
-    spins = [SpinOrbitals("", np.zeros((1, nocc)), np.zeros((1, nvir)), np.zeros(nocc), np.zeros(nvir))]
-    nk = _strip_block(spins, naux, budget_mb)
+    nk = strip_cap(naux, nocc, nvir, budget_mb)
     strips = -(-nocc // nk)
     rng = np.random.default_rng(5)
     dev = SimDevice(precision="fp32", target="trn1")

@@ -34,10 +34,10 @@ class Device(ABC):
     """A backend that runs the tensor stages. ``name`` is what the user asked for and what ran.
 
     Besides the three stages, the host asks a device only what is defined here: which precisions it
-    runs and its storage dtype, whether it takes packed AO blocks, the largest occupied block it wants
-    per pair launch (:meth:`occ_block_limit`), the SCF tensor layout and copy it keeps (:attr:`jk_packed`,
-    :meth:`jk_copy_itemsize`), what ran (:meth:`what_ran`), its modeled cost (:meth:`cost_report`), how
-    arrays travel between ranks (:meth:`collective_launcher`) and :meth:`close`. Callers ask these; they
+    runs and its storage dtype, its own memory (:meth:`memory_mb`), whether it takes packed AO blocks, the
+    largest occupied block it wants per pair launch (:meth:`occ_block_limit`), the SCF tensor layout and
+    copy it keeps (:attr:`jk_packed`, :meth:`jk_copy_itemsize`), what ran (:meth:`what_ran`), its modeled
+    cost (:meth:`cost_report`), how arrays travel between ranks (:meth:`collective_launcher`) and :meth:`close`. Callers ask these; they
     never probe a device for attributes.
     """
 
@@ -71,6 +71,11 @@ class Device(ABC):
         if self.selection_note:
             info["device_selection"] = self.selection_note
         return info
+
+    def memory_mb(self) -> float | None:
+        """MB of its own memory the device computes in (the gradient's plan fits a strip's arrays into it), or
+        None when it computes in host memory, which ``--memory`` already counts."""
+        return None
 
     def occ_block_limit(self, naux: int, nvir: int) -> int | None:
         """Most occupied orbitals per host pair block this device wants (None: only memory decides).

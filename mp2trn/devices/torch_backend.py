@@ -51,6 +51,13 @@ class TorchDevice(Device):
             info["gpu"] = self.torch.cuda.get_device_name(self.device)
         return info
 
+    def memory_mb(self) -> float | None:
+        """The GPU's free memory now, as CUDA reports it (torch.cuda.mem_get_info); None on a CPU torch device,
+        which computes in host memory."""
+        if self.device.type != "cuda":
+            return None
+        return self.torch.cuda.mem_get_info(self.device)[0] / 1e6
+
     def _t(self, a: np.ndarray):
         return self.torch.as_tensor(np.asarray(a), device=self.device).to(self._tdtype)
 

@@ -55,15 +55,11 @@ class ResponseJK:
         self.b_vo_rows = [np.ascontiguousarray(vo.transpose(1, 0, 2)).reshape(vo.shape[1], -1) for vo in self.b_vo]
 
     @classmethod
-    def build(cls, mf, chans: list[Channel], max_memory: float) -> ResponseJK | None:
-        """The products from a tensor built here, or None when the tensor and the MO blocks do not fit
-        half of ``max_memory`` (MB) or the metric is not positive definite (then generic J/K builds)."""
-        mol, auxmol = mf.mol, mf.with_df.auxmol
-        nao, naux = mol.nao_nr(), auxmol.nao_nr()
-        need = naux * (nao * (nao + 1) // 2 + sum(c.nmo ** 2 for c in chans)) * 8
-        if need > 0.5 * max_memory * 1e6:
-            return None
-        tensor = cholesky_tensor(mol, auxmol, packed=True)
+    def build(cls, mf, chans: list[Channel], chunk_mb: float = 256.0) -> ResponseJK | None:
+        """The products from a tensor built here (its integrals solved in row chunks of ``chunk_mb`` MB), or
+        None when the metric is not positive definite (then generic J/K builds). Whether the tensor and the MO
+        blocks fit the budget is the gradient's memory plan's call (:func:`mp2trn.memory.plan_gradient`)."""
+        tensor = cholesky_tensor(mf.mol, mf.with_df.auxmol, chunk_mb=chunk_mb, packed=True)
         return None if tensor is None else cls(mf, chans, tensor)
 
     def _chunks(self):

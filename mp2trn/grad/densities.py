@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..devices.base import Device
+from ..devices.base import Device, PairDensities
 from ..energy import _blocks
 from ..orbitals import SpinOrbitals
 from ..parallel import Comm
@@ -59,9 +59,12 @@ def strip_tasks(spins: list[SpinOrbitals], c_os: float, c_ss: float) -> list[tup
 
 
 def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: int, c_os: float, c_ss: float,
-          gamma: BStore, progress: Progress | None = None, comm: Comm | None = None) -> UnrelaxedDensities:
+          gamma: BStore, progress: Progress | None = None, comm: Comm | None = None,
+          pair_block: int = 0) -> UnrelaxedDensities:
     """Run every strip on ``device``; fill ``gamma`` and return the unrelaxed densities.
 
+    ``pair_block`` 0: a strip reads B of every occupied orbital i of one spin at once. Else B is streamed in
+    pairs of i blocks of ``pair_block`` orbitals (:func:`_pair_strip`), for a B that does not fit memory.
     With ``comm`` over several ranks each rank runs every size-th block (its Γ̄ columns; the others stay
     as they are, zero) and the densities are all-reduced; every rank holds the whole B."""
     comm = comm or Comm()
@@ -74,30 +77,83 @@ def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: i
     total = sum(1 for sk, *_ in mine for case in cases if case[1] == sk)
     done = 0
     for sk, k0, k1 in mine:              # one block of spin sk at a time: its Γ̄ rows are complete after it
-        rows = 0.0
+        rows = None
         for si, sj, c_direct, c_exch, vir_all, vir_k in cases:
             if sj != sk:
                 continue
             a, b = spins[si], spins[sk]
-            b_all = store.occ_block(si, a.nvir, 0, a.nocc)
             b_k = store.occ_block(sk, b.nvir, k0, k1)
-            out = device.pair_densities(b_all, b_k, a.e_occ, b.e_occ[k0:k1], a.e_vir, b.e_vir, c_direct, c_exch,
-                                        vir_k)
+            args = (b_k, a.e_vir, b.e_vir, b.e_occ[k0:k1], c_direct, c_exch, vir_k)
+            if pair_block and pair_block < a.nocc:
+                out = _pair_strip(store, si, a, pair_block, device, *args)
+            else:
+                out = device.pair_densities(store.occ_block(si, a.nvir, 0, a.nocc), b_k, a.e_occ, b.e_occ[k0:k1],
+                                            a.e_vir, b.e_vir, c_direct, c_exch, vir_k)
             p_occ[si] -= out.p_occ
             if vir_all:
                 p_vir[si] += out.p_vir_all
             if out.p_vir_k is not None:
                 p_vir[sk] += out.p_vir_k
-            rows = rows + 2.0 * out.gamma_k
+            if rows is None:
+                rows = 2.0 * out.gamma_k
+            else:
+                rows += 2.0 * out.gamma_k
+            del out
             done += 1
             check_stopped()
             if progress:
                 progress("gradient pairs", done, total)
         gamma.arrays[sk][:, k0 * spins[sk].nvir : k1 * spins[sk].nvir] = \
             np.asarray(rows).reshape(store_rows(gamma), -1)
+        del rows
     p_occ = [comm.allreduce((p + p.T) / 2, "gradient") for p in p_occ]
     p_vir = [comm.allreduce((p + p.T) / 2, "gradient") for p in p_vir]
     return UnrelaxedDensities(p_occ, p_vir, gamma, total)
+
+
+def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Device, b_k: np.ndarray,
+                ev_all: np.ndarray, ev_k: np.ndarray, e_k: np.ndarray, c_direct: float, c_exch: float,
+                vir_k: bool) -> PairDensities:
+    """One strip (every i of spin ``si`` against the block b_k) with B of the i side read as pairs of
+    ``block``-orbital blocks I < J: each pair is one device call on [B_I; B_J].
+
+    P_ij couples i and j through the amplitudes of both, so every pair of blocks must meet in one call; each
+    block then takes part in n − 1 pairs (n blocks), so the pair calls' Γ̄ rows, P_ab and diagonal P_ij blocks
+    are n − 1 times the strip's (summed, then divided), while each off-diagonal P_ij block comes from its one
+    pair. The price: n − 1 times the amplitude work of a strip read whole."""
+    edges = _blocks(a.nocc, block)
+    if len(edges) < 2:
+        edges = [(0, a.nocc)]
+    repeats = max(1, len(edges) - 1)
+    pairs = [(edges[x], edges[y]) for x in range(len(edges)) for y in range(x + 1, len(edges))] or [(edges[0], None)]
+    gamma = p_vir_all = p_vir_k = None
+    p_occ = np.zeros((a.nocc, a.nocc))
+    diagonal = np.zeros((a.nocc, a.nocc))
+    buf = np.empty((store_rows(store), 2 * block if len(edges) > 1 else a.nocc, a.nvir), dtype=store.dtype)
+    for first, second in pairs:
+        parts = [first] + ([second] if second is not None else [])
+        n = 0
+        for i0, i1 in parts:
+            store.read_occ_block(si, a.nvir, i0, i1, buf[:, n : n + i1 - i0])
+            n += i1 - i0
+        e_pair = np.concatenate([a.e_occ[i0:i1] for i0, i1 in parts])
+        out = device.pair_densities(buf[:, :n], b_k, e_pair, e_k, ev_all, ev_k, c_direct, c_exch, vir_k)
+        gamma = out.gamma_k if gamma is None else gamma + out.gamma_k
+        p_vir_all = out.p_vir_all if p_vir_all is None else p_vir_all + out.p_vir_all
+        if out.p_vir_k is not None:
+            p_vir_k = out.p_vir_k if p_vir_k is None else p_vir_k + out.p_vir_k
+        (x0, x1), n0 = first, first[1] - first[0]
+        diagonal[x0:x1, x0:x1] += out.p_occ[:n0, :n0]
+        if second is not None:
+            y0, y1 = second
+            diagonal[y0:y1, y0:y1] += out.p_occ[n0:, n0:]
+            p_occ[x0:x1, y0:y1] = out.p_occ[:n0, n0:]
+            p_occ[y0:y1, x0:x1] = out.p_occ[n0:, :n0]
+        del out
+        check_stopped()
+    p_occ += diagonal / repeats
+    return PairDensities(gamma / repeats, p_occ, p_vir_all / repeats,
+                         None if p_vir_k is None else p_vir_k / repeats)
 
 
 def store_rows(store: BStore) -> int:

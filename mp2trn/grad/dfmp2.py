@@ -24,14 +24,14 @@ from pyscf import dft
 from ..devices import Device
 from ..df import build_df, largest_shell, quiet_pyscf
 from ..errors import InputError, ResourceError
-from ..memory import SpinShape, plan_blocks
+from ..memory import ChannelShape, GradientSizes, plan_gradient
 from ..options import LINDEP_GRADIENT, Frozen
 from ..orbitals import is_uhf, select_frozen, spin_orbitals
 from ..parallel import Comm
 from ..progress import Progress
 from ..scf import check_converged
 from ..threads import one_blas_pool
-from ..transform import BStore, build_b
+from ..transform import BStore, build_b, scratch_writes
 from . import densities, ri
 from .jk_terms import two_electron_gradient
 from .orbitals import Channel, channels
@@ -101,65 +101,91 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     chans = channels(mf, frozen_sel)
     spins = spin_orbitals(mf, frozen_sel)
     dfi = build_df(mol, auxbasis)
-    shapes = [SpinShape(s.nocc, s.nvir) for s in spins]
-    plan = plan_blocks(mol.nao_nr(), dfi.naux, shapes, dfi.max_aux_shell, max_memory / 2,
-                       itemsize=device.storage_dtype.itemsize)   # half the budget: Γ̄ is the size of B (fp64)
-    one_spin_mb = max(dfi.naux * s.nocc * s.nvir for s in spins) * device.storage_dtype.itemsize / 1e6
-    if not plan.incore and one_spin_mb > 0.5 * max_memory:
-        raise ResourceError(f"the gradient's pair sweep reads one spin's whole B ({one_spin_mb:.0f} MB) per strip; "
-                            f"it does not fit half the memory budget ({max_memory:.0f} MB): raise --memory")
+    plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
+                                        device.storage_dtype.itemsize), max_memory, device.memory_mb())
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    # B and Γ̄ in memory when both fit half the budget, else in HDF5 files beside each other (each strip
-    # then reads one spin's B and writes its block's Γ̄ rows)
-    with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as b_store, \
-            BStore(dfi.naux, spins, np.float64, plan.incore) as gamma:
-        build_b(dfi, spins, device, plan, b_store, progress)
+    # B and Γ̄ in memory when both fit the plan, else in HDF5 files beside each other (each strip then reads
+    # one spin's B, or pairs of its occupied blocks, and writes its block's Γ̄ rows)
+    b_store = BStore(dfi.naux, spins, device.storage_dtype, plan.stores_incore)
+    with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore) as gamma:
+        build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
         if comm.size > 1:     # other ranks' Γ̄ columns stay zero here (HDF5 datasets start as zeros)
             for arr in gamma.arrays:
                 if isinstance(arr, np.ndarray):
                     arr[...] = 0.0
         timings["gradient_b"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        dens = densities.sweep(b_store, spins, device, _strip_block(spins, dfi.naux, max_memory), c_os, c_ss, gamma,
-                               progress, comm)
+        with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
+            dens = densities.sweep(b_store, spins, device, plan.strip_block, c_os, c_ss, gamma, progress, comm,
+                                   plan.pair_block)
         timings["gradient_pairs"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        column_block = max(1, plan.metric_cols)
         weights = [ch.weight for ch in chans]
-        gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, column_block), "gradient")
-        ri.to_fitting_coefficients(gamma, dfi.l_chol, column_block)
-        aux_block = _aux_block(mol.nao_nr(), dfi.max_aux_shell, max_memory)
-        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, aux_block, derivatives)
+        gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, plan.metric_cols), "gradient")
+        b_store.close()       # B is done with: the fitting-basis pass has the budget without it
+        ri.to_fitting_coefficients(gamma, dfi.l_chol, plan.metric_cols)
+        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, derivatives)
         lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
         de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
         de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
         timings["gradient_ri"] = time.perf_counter() - t0
+    del dfi, gam
     t0 = time.perf_counter()
-    products = ResponseJK.build(mf, chans, max_memory) or Products(mf, chans)
+    products = (ResponseJK.build(mf, chans, plan.factor_chunk_mb) if plan.response_factors else None) \
+        or Products(mf, chans)
     resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian)
+    fast = isinstance(products, ResponseJK)
+    del products
+    _release_scf_tensor(mf)      # the J/K builds' tensor is not needed past the response
     timings["gradient_response"] = time.perf_counter() - t0
     terms: dict[str, np.ndarray] = {}
     gradient = None
     if derivatives:
         t0 = time.perf_counter()
-        terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w,
-                                  _aux_block(mol.nao_nr(), largest_shell(mf.with_df.auxmol), max_memory), comm)
+        terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
+                                  plan.jk_half_incore)
         timings["gradient_integrals"] = time.perf_counter() - t0
         terms["mp2_ri_3c"] = de_3c
         terms["mp2_ri_metric"] = de_metric
         gradient = sum(terms.values())
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
-    fast = isinstance(products, ResponseJK)
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
                 "gradient_jk": ("occupied-factor products of the JK-fit tensor (host, fp64)" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips,
-                "gradient_out_of_core": not plan.incore}
+                "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast)}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
                           _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir), dm_hf), resp.iterations, timings, what_ran)
+
+
+def channel_shape(ch: Channel) -> ChannelShape:
+    """The orbital counts of a channel, for the memory plan."""
+    return ChannelShape(len(ch.occ), ch.nact, ch.nvir)
+
+
+def gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes: list[ChannelShape], itemsize: int) -> GradientSizes:
+    """The sizes the gradient's memory plan reads: basis, both fitting bases, the channels, B's itemsize."""
+    return GradientSizes(mol.nao_nr(), rifit_auxmol.nao_nr(), largest_shell(rifit_auxmol), jkfit_auxmol.nao_nr(),
+                         largest_shell(jkfit_auxmol), tuple(shapes), itemsize)
+
+
+def check_budget_before_scf(mol, rifit_auxmol, jkfit_auxmol, itemsize: int, budget: float,
+                            device_mb: float | None = None) -> None:
+    """Raise ResourceError before the SCF when no plan of the gradient fits ``budget`` MB; the orbital counts
+    are the all-electron ones per spin (an upper bound: frozen core and dropped functions only shrink it)."""
+    nao = mol.nao_nr()
+    shapes = [ChannelShape(n, n, max(1, nao - n)) for n in sorted(set(mol.nelec))]
+    plan_gradient(gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes, itemsize), budget, device_mb)
+
+
+def _release_scf_tensor(mf) -> None:
+    """Free the SCF J/K stage's copy of its tensor (it made it again for the response's J/K builds)."""
+    from ..jk import DeviceJK
+    if isinstance(mf.with_df, DeviceJK):
+        mf.with_df.release()
 
 
 class Gradients:
@@ -189,14 +215,9 @@ def _ao(chans: list[Channel], mats: list[np.ndarray], dm_hf: np.ndarray) -> np.n
     return dm_hf + (corr[0] if len(corr) == 1 else np.array(corr))
 
 
-def _strip_block(spins, naux: int, max_memory: float) -> int:
-    """Occupied orbitals per strip: the strip's Γ̄ rows and a k column of amplitudes within a tenth of the budget."""
-    per_k = max(naux * s.nvir * 8 * 2 for s in spins)
-    return int(max(1, min(max(s.nocc for s in spins), 0.1 * max_memory * 1e6 // per_k)))
-
-
 def _aux_block(nao: int, max_shell: int, max_memory: float) -> int:
-    """Fitting functions per block of the RI pass: integrals, two derivative sets and the AO 2PDM."""
+    """JK-fit functions per block of the SCF gradient's derivative pass (:func:`scf_gradient`): integrals,
+    derivative sets and the AO densities within 0.4 of ``max_memory`` MB."""
     per_aux = 9 * nao * nao * 8
     block = int(0.4 * max_memory * 1e6 // per_aux)
     if block < max_shell:
@@ -211,7 +232,8 @@ def _jk_where(mf) -> str:
 
 
 def _derivative_terms(mf, chans: list[Channel], p_mo: list[np.ndarray], w_mo: list[np.ndarray],
-                      aux_block: int, comm: Comm | None = None) -> dict[str, np.ndarray]:
+                      aux_block: int, comm: Comm | None = None, columns: int | None = None,
+                      half_incore: bool = True) -> dict[str, np.ndarray]:
     """Every term through the SCF's integrals, for the SCF density plus the MP2 correction ``p_mo`` and
     the SCF's plus the MP2 energy-weighted density ``w_mo`` (MO bases, per channel; zero matrices give
     the SCF gradient alone): nuclear repulsion, Σ (D + P)·h^R − Σ (W_SCF + W)·S^R and the JK-fit
@@ -230,7 +252,7 @@ def _derivative_terms(mf, chans: list[Channel], p_mo: list[np.ndarray], w_mo: li
         de_1e[atom] = np.einsum("xij,ij->x", hcore_deriv(atom), dm) \
             - 2.0 * np.einsum("xij,ij->x", s1[:, p0:p1], w_ao[p0:p1])
     return {"nuclear": np.asarray(mf_grad.grad_nuc()), "one_electron": de_1e,
-            "two_electron_jk": two_electron_gradient(mf, chans, p_spin, aux_block, comm)}
+            "two_electron_jk": two_electron_gradient(mf, chans, p_spin, aux_block, comm, columns, half_incore)}
 
 
 def scf_gradient(mf, max_memory: float) -> np.ndarray:

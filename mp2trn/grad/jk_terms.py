@@ -21,18 +21,24 @@ import scipy.linalg
 from pyscf import gto
 
 from ..df import _shell_ranges
+from ..memory import SpinShape
 from ..parallel import Comm
 from ..scratch import check_stopped
+from ..transform import BStore, scratch_writes
 from .orbitals import Channel
 from .ri import _per_atom, contract_3c_derivatives, metric_gradient
 
 
 def two_electron_gradient(mf, chans: list[Channel], p_spin: list[np.ndarray], aux_block: int,
-                          comm: Comm | None = None) -> np.ndarray:
+                          comm: Comm | None = None, columns: int | None = None,
+                          half_incore: bool = True) -> np.ndarray:
     """(natm, 3) Eh/bohr: the derivative of ½D·J[D] − ½Σ_σ D^σ·K[D^σ] + Σ_σ P^σ·G^σ[D] through the JK-fit
     integrals (orbital and fitting-function centres). p_spin: one AO matrix per channel (per spin).
-    ``comm``: the derivative-integral blocks are shared over its ranks (the result, all-reduced, is the same
-    on every rank)."""
+
+    Blocks: ``aux_block`` JK-fit functions per integral block; A = (P|iμ) per channel (naux, nocc·nao) in
+    memory or, without ``half_incore``, in an HDF5 file of the scratch directory, solved with the metric
+    ``columns`` occupied orbitals at a time (None: all) and overwritten by c. ``comm``: the
+    derivative-integral blocks are shared over its ranks (the result, all-reduced, is the same on every rank)."""
     comm = comm or Comm()
     mol = mf.mol
     auxmol = mf.with_df.auxmol
@@ -46,38 +52,51 @@ def two_electron_gradient(mf, chans: list[Channel], p_spin: list[np.ndarray], au
     z_spin = [0.5 * d + p for d, p in zip(d_spin, p_spin)]
     d_tot = sum(ch.weight * d for ch, d in zip(chans, d_spin))
     z_tot = sum(ch.weight * z for ch, z in zip(chans, z_spin))
-    # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|μi) per channel
-    rho_d, rho_z = np.zeros(naux), np.zeros(naux)
-    half = [np.empty((naux, nao, o.shape[1])) for o in occ]
-    for s0, s1 in blocks:
-        p0, p1 = int(loc[s0]), int(loc[s1])
-        ao = pmol.intor("int3c2e", aosym="s1", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1)).T   # (p, ν, μ)
-        flat = ao.reshape(p1 - p0, -1)
-        rho_d[p0:p1] = flat @ d_tot.ravel()
-        rho_z[p0:p1] = flat @ z_tot.ravel()
-        for h, o in zip(half, occ):
-            h[p0:p1] = (ao.reshape(-1, nao) @ o).reshape(p1 - p0, nao, -1)
-        check_stopped()
-    a = scipy.linalg.cho_solve(chol, rho_z)      # V⁻¹ρ[Z]
-    b = scipy.linalg.cho_solve(chol, rho_d)      # V⁻¹ρ[D]
-    gamma = 0.5 * (np.outer(b, a) + np.outer(a, b))
-    coef = []
-    for ch, h, z in zip(chans, half, z_spin):
-        d = scipy.linalg.cho_solve(chol, h.reshape(naux, -1)).reshape(h.shape)       # V⁻¹(P|μi)
-        c = np.einsum("mn,pni->pmi", z, d, optimize=True)                           # Σ_ν Z_μν d_P,νi
-        gamma -= ch.weight * _sym(d.reshape(naux, -1) @ c.reshape(naux, -1).T)
-        coef.append(c)
-    del half
-    # pass 2: the derivative integrals, contracted with the AO "densities" of every fitting function
-    per_ao = np.zeros((nao, 3))
-    per_aux = np.zeros((naux, 3))
-    for s0, s1 in blocks[comm.rank :: comm.size]:
-        p0, p1 = int(loc[s0]), int(loc[s1])
-        g = a[p0:p1, None, None] * d_tot + b[p0:p1, None, None] * z_tot
-        for ch, c, o in zip(chans, coef, occ):
-            g -= 2.0 * ch.weight * (c[p0:p1] @ o.T)                                  # Σ_i c_P,μi C_λi
-        contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), g, per_ao, per_aux[p0:p1])
-        check_stopped()
+    shapes = [SpinShape(o.shape[1], nao) for o in occ]      # (naux, nocc·nao): A[P, i·nao + μ]
+    with BStore(naux, shapes, np.float64, half_incore) as half, \
+            scratch_writes("the JK-fit pass's (P|iμ)", naux * nao * sum(o.shape[1] for o in occ) * 8):
+        # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|iμ) per channel
+        rho_d, rho_z = np.zeros(naux), np.zeros(naux)
+        for s0, s1 in blocks:
+            p0, p1 = int(loc[s0]), int(loc[s1])
+            ao = pmol.intor("int3c2e", aosym="s1", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1)).T  # (p, ν, μ)
+            flat = ao.reshape(p1 - p0, -1)
+            rho_d[p0:p1] = flat @ d_tot.ravel()
+            rho_z[p0:p1] = flat @ z_tot.ravel()
+            for arr, o in zip(half.arrays, occ):
+                arr[p0:p1] = np.matmul(o.T, ao).reshape(p1 - p0, -1)                 # Σ_ν C_νi (P|νμ)
+            del ao, flat
+            check_stopped()
+        a = scipy.linalg.cho_solve(chol, rho_z)      # V⁻¹ρ[Z]
+        b = scipy.linalg.cho_solve(chol, rho_d)      # V⁻¹ρ[D]
+        gamma = 0.5 * (np.outer(b, a) + np.outer(a, b))
+        # d = V⁻¹A and c_P,iμ = Σ_ν Z_μν d_P,iν, a block of occupied orbitals at a time; c replaces A
+        for ch, arr, z, o in zip(chans, half.arrays, z_spin, occ):
+            dc = np.zeros((naux, naux))
+            step = max(1, columns or o.shape[1])
+            for i0 in range(0, o.shape[1], step):
+                cols = slice(i0 * nao, min(o.shape[1], i0 + step) * nao)
+                d = scipy.linalg.cho_solve(chol, np.asarray(arr[:, cols]))
+                c = (d.reshape(-1, nao) @ z).reshape(naux, -1)
+                dc += d @ c.T
+                del d
+                arr[:, cols] = c
+                del c
+            gamma -= ch.weight * _sym(dc)
+            del dc
+        # pass 2: the derivative integrals, contracted with the AO "densities" of every fitting function
+        per_ao = np.zeros((nao, 3))
+        per_aux = np.zeros((naux, 3))
+        for s0, s1 in blocks[comm.rank :: comm.size]:
+            p0, p1 = int(loc[s0]), int(loc[s1])
+            g = a[p0:p1, None, None] * d_tot + b[p0:p1, None, None] * z_tot
+            for ch, arr, o in zip(chans, half.arrays, occ):
+                c = np.asarray(arr[p0:p1]).reshape(p1 - p0, o.shape[1], nao)
+                g -= 2.0 * ch.weight * (c.transpose(0, 2, 1) @ o.T)                # Σ_i c_P,iμ C_λi
+                del c
+            contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), g, per_ao, per_aux[p0:p1])
+            del g
+            check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
     return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
 
