@@ -155,6 +155,17 @@ def test_orca_and_psi4_names_on_water_give_the_same_energy():
     assert abs(orca.e_tot - psi4.e_tot) < 1e-10
 
 
+def test_pyscf_style_api_takes_other_programs_names():
+    """mp2trn.DFMP2(mf, auxbasis=...) resolves through the same rules: ORCA's def2-SVP/C is Psi4's def2-svp-ri."""
+    from pyscf import scf
+
+    mol = gto.M(atom=WATER.read_text().split("\n", 2)[2], basis="def2-svp", verbose=0)
+    mf = scf.RHF(mol).density_fit(auxbasis="def2-universal-jkfit").run()
+    orca = mp2trn.DFMP2(mf, auxbasis="def2-SVP/C").run()
+    psi4 = mp2trn.DFMP2(mf, auxbasis="def2-svp-ri").run()
+    assert abs(orca.e_corr - psi4.e_corr) < 1e-12
+
+
 # -- names that map nowhere ------------------------------------------------------------------------------
 def test_a_misspelt_name_lists_near_matches():
     with pytest.raises(InputError, match=r"near matches: .*def2-svp-ri"):
