@@ -74,7 +74,8 @@ Basis = Annotated[str, typer.Option("--basis", "-b", help=(
     "Orbital basis: a name (PySCF library, else the Basis Set Exchange), a file (NWChem/Gaussian94), "
     "or per element 'I:def2-svp,H:cc-pvdz'."))]
 AuxBasis = Annotated[Optional[str], typer.Option("--auxbasis", help=(
-    "MP2 fitting basis (default: the RI partner of --basis, else def2 RIFIT; see docs/bases.md)."))]
+    "MP2 fitting basis (default: the RI partner of --basis, else def2 RIFIT; Psi4's and ORCA's names too, "
+    "e.g. def2-svp-ri, def2-SVP/C; see docs/bases.md)."))]
 MethodFlag = Annotated[str, typer.Option("--method", help=(
     "mp2, scs-mp2, sos-mp2, or a double hybrid: b2plyp, b2gp-plyp, dsd-pbep86, revdsd-pbep86."))]
 EcpFlag = Annotated[Optional[str], typer.Option("--ecp", help=(
@@ -100,7 +101,8 @@ ReferenceFlag = Annotated[Optional[Reference], typer.Option("--reference", help=
 FrozenCore = Annotated[str, typer.Option("--frozen-core", help="auto (noble-gas cores), none, or a number of orbitals.")]
 ScfDf = Annotated[bool, typer.Option("--scf-df/--no-scf-df", help="Density-fitted SCF (JK-fit basis) or conventional.")]
 JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help=(
-    "JK-fit basis of the SCF (default: the JK partner of --basis, else def2-universal-jkfit)."))]
+    "JK-fit basis of the SCF (default: the JK partner of --basis, else def2-universal-jkfit; ORCA's def2/JK "
+    "and Psi4's names too)."))]
 ConvTol = Annotated[float, typer.Option("--conv-tol", help="SCF energy convergence threshold (Eh).")]
 MaxCycle = Annotated[int, typer.Option(
     "--scf-max-cycle", help="SCF iterations before giving up (an error, never MP2 on top).")]
