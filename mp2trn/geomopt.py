@@ -285,13 +285,18 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
              reuse_density: bool = True,
              report: Callable[[OptStep, OptStep | None], None] | None = None,
              comm: Comm | None = None,
-             announce: Callable[[list[str]], None] | None = None) -> Optimization | None:
+             announce: Callable[[list[str]], None] | None = None, transition_state: bool = False,
+             irc: bool = False, initial_hessian: np.ndarray | None = None) -> Optimization | None:
     """Optimise the geometry of ``source`` with geomeTRIC on mp2trn's gradient (``options``' method, basis,
     device...). Ghost atoms stay where they are. Returns the Optimization; a run that reaches ``max_steps``
     raises ConvergenceError (the trajectory keeps every finished step).
 
     ``comm`` over several ranks (torchrun): rank 0 drives geomeTRIC, writes the trajectory and returns the
     Optimization; every rank computes its share of each gradient; the other ranks return None.
+
+    ``transition_state``: a saddle-point search (geomeTRIC's ``transition``), ``irc``: the intrinsic reaction
+    coordinate from a transition state (geomeTRIC's ``irc``; the steps are the path), both starting from
+    ``initial_hessian`` ((3·natm)² Eh/bohr², mp2trn's, :mod:`mp2trn.hessian`).
 
     ``constraints``: a geomeTRIC constraints file, read strictly (:mod:`mp2trn.constraints`); ``announce``
     is given the constraints applied, in words, before the first gradient (they are also in
@@ -344,6 +349,7 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
                                   "maxiter": max_steps - max(0, len(done) - 1), "convergence_set": convergence.upper()}
         if cons is not None:
             kwargs["constraints"] = str(cons)
+        kwargs.update(_saddle_point_settings(Path(tmp), transition_state, irc, initial_hessian, calc.real))
         try:
             try:
                 run_optimizer(**kwargs)
@@ -363,6 +369,24 @@ def optimize(source, options: RunOptions, device: Device, convergence: str = "ga
     opt.converged = True
     opt.message = f"converged ({convergence} criteria) in {len(opt.steps)} gradient evaluations"
     return opt
+
+
+def _saddle_point_settings(tmp: Path, transition_state: bool, irc: bool, hessian: np.ndarray | None,
+                           real: list[int]) -> dict[str, Any]:
+    """geomeTRIC's settings for a transition-state search (``transition``: its partitioned-RFO step that
+    climbs along the lowest Hessian mode) or an IRC from a transition state (``irc``), both starting from
+    mp2trn's Cartesian Hessian (Eh/bohr², the real atoms' block) handed over as a ``file:`` Hessian."""
+    settings: dict[str, Any] = {}
+    if transition_state:
+        settings["transition"] = True
+    if irc:
+        settings["irc"] = True
+    if hessian is not None:
+        rows = np.array([3 * a + k for a in real for k in range(3)], dtype=int)
+        path = tmp / "hessian.txt"
+        np.savetxt(path, np.asarray(hessian)[np.ix_(rows, rows)])
+        settings["hessian"] = f"file:{path}"
+    return settings
 
 
 def _check_movable(calc: PointCalculator, source) -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from ..errors import ConvergenceError, InputError
 from ..files import check_output_path, write_text_atomic
 from .common import JsonPath, Quiet, app, cli_errors, console, finish, options_from_flags, with_run_flags
+from .freq import (HessianStep, MoldenPath, Pressure, SymmetryNumber, Temperature, frequencies_of,
+                   print_frequencies)
 
 
 @app.command()
@@ -33,12 +37,26 @@ def optimize(
         "Continue a killed optimisation from the last step in --trajectory (no finished step is recomputed).")),
     reuse_density: bool = typer.Option(True, "--reuse-density/--fresh-guess", help=(
         "Start each step's SCF from the previous step's density (default) or from PySCF's guess.")),
+    freq: bool = typer.Option(False, "--freq", help=(
+        "Then the harmonic frequencies, IR intensities and thermochemistry at the final geometry (as mp2trn freq).")),
+    transition_state: bool = typer.Option(False, "--transition-state", help=(
+        "Search a transition state (geomeTRIC's TS optimiser from mp2trn's Hessian at the start); the run ends by "
+        "checking that the final Hessian has exactly one imaginary mode (exit 3 otherwise).")),
+    irc: bool = typer.Option(False, "--irc", help=(
+        "Follow the intrinsic reaction coordinate from a transition state (geomeTRIC's IRC, both directions, "
+        "from mp2trn's Hessian at the start); --trajectory gets every point of the path.")),
+    hessian_step: HessianStep = 0.005,
+    temperature: Temperature = 298.15,
+    pressure: Pressure = 101325.0,
+    symmetry_number: SymmetryNumber = None,
+    molden: MoldenPath = None,
     json_path: JsonPath = None,
     quiet: Quiet = False,
     **flags,
 ) -> None:
     """Optimise a geometry with geomeTRIC (translation-rotation internal coordinates) on the analytic
-    DF-MP2 gradient; one progress line per step."""
+    DF-MP2 gradient; one progress line per step. --freq adds the frequencies at the end,
+    --transition-state searches a saddle point, --irc follows the reaction path from one."""
     from ..geomopt import optimize as run_optimize
     from ..pipeline import open_device, open_ranks
     from ..qcschema import optimization_result
@@ -61,15 +79,59 @@ def optimize(
         if not quiet:
             console.print(f"constraints from {constraints}: " + "; ".join(stated), highlight=False, soft_wrap=True)
 
+    if transition_state and irc:
+        raise InputError("--transition-state and --irc: find the transition state first, then run --irc from it")
+    check_output_path(molden)
+    options = replace(options, hessian_step=hessian_step)
+    final_freq = None
     with open_ranks(options) as comm, run_scratch(options.scratch), open_device(options) as device:
+        start_hessian = None
+        if transition_state or irc:   # geomeTRIC starts from mp2trn's Hessian (all ranks share its points)
+            start = frequencies_of(xyz, options, device, comm, quiet=quiet)
+            start_hessian = start.hessian.hessian
+            if comm.rank == 0 and not quiet:
+                console.print(f"starting Hessian: {start.imaginary} imaginary mode(s) "
+                              f"({', '.join(f'{f:.1f}' for f in start.vibrations.frequencies_cm1[:3])} ... cm⁻¹)",
+                              highlight=False, soft_wrap=True)
         opt = run_optimize(xyz, options, device, convergence, max_steps, constraints, trajectory, resume,
-                           reuse_density, report, comm, announce=announce)
+                           reuse_density, report, comm, announce=announce, transition_state=transition_state,
+                           irc=irc, initial_hessian=start_hessian)
+        if freq or transition_state:   # the final geometry from rank 0, then every rank takes its share
+            final = comm.gather(opt.final.coords if comm.rank == 0 else None)[0]
+            final_freq = frequencies_of(xyz, options, device, comm, None, False, temperature, pressure,
+                                        symmetry_number, quiet, coords_bohr=final)
     if opt is None:      # a rank other than 0: it computed its share of every gradient; rank 0 reports
         return
     if out is not None:
         write_text_atomic(out, opt.final_xyz())
-    finish(json_path, optimization_result(opt, options), quiet,
-           lambda: console.print(f"{opt.message}; final energy {opt.final.energy:.10f} Eh"
-                                 + (f"; geometry written to {out}" if out else ""), highlight=False, soft_wrap=True))
+    document = optimization_result(opt, options)
+    if final_freq is not None:
+        document["extras"]["mp2trn"]["frequencies"] = final_freq.to_qcschema()
+        if molden is not None:
+            from ..hessian import write_molden
+
+            write_molden(molden, final_freq.symbols, final_freq.vibrations)
+
+    def show() -> None:
+        console.print(f"{opt.message}; final energy {opt.final.energy:.10f} Eh"
+                      + (f"; geometry written to {out}" if out else ""), highlight=False, soft_wrap=True)
+        if final_freq is not None:
+            print_frequencies(final_freq, f"{xyz} (final geometry)")
+
+    finish(json_path, document, quiet, show)
     if not quiet and out is None:
         sys.stdout.write(opt.final_xyz())
+    if transition_state:
+        check_transition_state(final_freq, quiet)
+
+
+def check_transition_state(result, quiet: bool) -> None:
+    """The end of a transition-state search: exactly one imaginary mode, said either way (exit 3 if not)."""
+    imaginary = result.vibrations.frequencies_cm1[result.vibrations.frequencies_cm1 < 0]
+    if result.imaginary == 1:
+        if not quiet:
+            console.print(f"transition state confirmed: exactly one imaginary mode ({abs(imaginary[0]):.1f}i cm⁻¹)",
+                          highlight=False, soft_wrap=True)
+        return
+    raise ConvergenceError(f"not a transition state: the final Hessian has {result.imaginary} imaginary modes "
+                           "(a transition state has exactly one); the geometry and frequencies are written")
