@@ -195,3 +195,31 @@ def test_validate_rohf_rows(tmp_path):
     assert set(rows) == {"hydroxyl/cc-pvdz/rohf", "hydroxyl/cc-pvdz/fc-auto/rohf"}
     assert all(r["passed"] and r["abs_diff"] < 1e-9 and r["reference"] == "ROHF" for r in rows.values())
     assert rows["hydroxyl/cc-pvdz/fc-auto/rohf"]["frozen"] == 1
+
+
+#: BH3⁺ (doublet) of the QCEngine/Psi4 "standard suite" (standard_suite_ref.py, system "bh3p": Å, cc-pVDZ);
+#: its published ROHF-MBPT(2) values below, computed by Psi4
+BH3P = """B     0.10369114     0.00000000     0.00000000
+H    -1.13269886     0.00000000     0.00000000
+H     3.00000000     0.37149000     0.00000000
+H     3.00000000    -0.37149000     0.00000000"""
+
+
+def test_published_psi4_values_for_bh3_cation():
+    """Psi4's DF-ROHF (cc-pVDZ-JKFIT) + DF-MP2 (cc-pVDZ-RI), frozen core: mp2trn end to end; and Psi4's
+    conventional all-electron ROHF-MBPT(2): the spin-orbital reference formula on PySCF's conventional ROHF."""
+    r = mp2trn.run(BH3P, charge=1, multiplicity=2, reference="rohf", frozen="auto", jkbasis="cc-pvdz-jkfit",
+                   auxbasis="cc-pvdz-ri", conv_tol=1e-12, max_memory=1000)
+    assert abs(r.e_hf - -25.943606522029) < 1e-9
+    assert abs(r.e_singles - -0.000688391888527046) < 1e-9
+    assert abs(r.e_corr_ss - -0.0018535174789756292) < 1e-9
+    assert abs(r.e_corr - -0.059372748391) < 1e-8
+    mol = gto.M(atom=BH3P, charge=1, spin=1, basis="cc-pvdz", verbose=0)
+    conventional = scf.ROHF(mol)
+    conventional.conv_tol = 1e-12
+    conventional.kernel()
+    exact = rohf_mbpt2(conventional, exact=True)
+    assert abs(conventional.e_tot - -25.943614318546) < 1e-9
+    assert abs(exact["singles"] - -0.000694049865) < 1e-9
+    assert abs(exact["same_spin"] - -0.002004909679) < 1e-9
+    assert abs(exact["corr"] - -0.060478115157) < 1e-8
