@@ -56,8 +56,12 @@ class PyscfReference:
 
 
 def _is_unrestricted(mf) -> bool:
+    """True for UHF, False for RHF; an ROHF object is refused: PySCF's MP2 on it is UMP2 on the ROHF orbitals,
+    not ROHF-MBPT(2) (its rows have their own oracle, :mod:`mp2trn.validation.rohf_oracle`)."""
     from pyscf import scf
 
+    if isinstance(mf, scf.rohf.ROHF):
+        raise InputError("the PySCF DF-MP2 reference takes RHF or UHF; compare ROHF with mp2trn.validation.rohf_oracle")
     return isinstance(mf, scf.uhf.UHF)
 
 
