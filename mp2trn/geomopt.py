@@ -234,6 +234,7 @@ def _engine(calc: PointCalculator, opt: Optimization, cache: list[OptStep], traj
     molecule = Molecule()
     molecule.elem = [calc.labels[i] for i in real]
     molecule.xyzs = [calc.start_coords[real] * bohr2ang]   # geomeTRIC's own constant: its bohr come back exact
+    molecule.build_topology()   # bonds and fragments, as a Molecule read from a file has (its IRC asks for them)
 
     class Mp2trnEngine(Engine):
         def calc_new(self, coords, dirname):
