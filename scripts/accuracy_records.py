@@ -38,7 +38,8 @@ def machine() -> str:
     if cpuinfo.exists():
         found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
         model = found.group(1).strip() if found else model
-    return f"{len(os.sched_getaffinity(0))}-core {model}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores}-core {model}"
 
 
 def record(script: str, key: str, doc: str, figures: dict[str, Any], quoted: list[str]) -> Path:
