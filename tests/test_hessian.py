@@ -71,9 +71,13 @@ def water_freq():
         return run_frequencies(molecule_path("water"), options, device)
 
 
-def _energy(coords, **options) -> float:
-    mol = gto.M(atom=[("O", coords[0]), ("H", coords[1]), ("H", coords[2])], unit="Bohr", verbose=0)
-    return mp2trn.run(mol, basis="cc-pvdz", **options).e_tot
+def _water_at(coords) -> str:
+    """Water at ``coords`` (bohr) as an atom string for mp2trn.run(..., unit="bohr") (the bases by mp2trn's rules)."""
+    return "; ".join(f"{s} {float(x)!r} {float(y)!r} {float(z)!r}" for s, (x, y, z) in zip("OHH", coords))
+
+
+def _energy(coords) -> float:
+    return mp2trn.run(_water_at(coords), basis="cc-pvdz", unit="bohr").e_tot
 
 
 def test_mp2_hessian_matches_second_differences_of_energies(water_freq):
@@ -119,8 +123,8 @@ def test_ir_intensity_matches_finite_differences_of_the_dipole_along_the_mode(wa
     dipoles = []
     for sign in (1, -1):
         x = water_freq.hessian.coords + sign * delta * cartesian
-        mol = gto.M(atom=[("O", x[0]), ("H", x[1]), ("H", x[2])], unit="Bohr", verbose=0)
-        dipoles.append(np.asarray(mp2trn.run(mol, basis="cc-pvdz", gradient=True).dipoles["mp2_relaxed"]))
+        result = mp2trn.run(_water_at(x), basis="cc-pvdz", unit="bohr", gradient=True)
+        dipoles.append(np.asarray(result.dipoles["mp2_relaxed"]))
     fd = IR_KM_MOL * np.sum(((dipoles[0] - dipoles[1]) / (2 * delta)) ** 2)
     assert abs(fd - vib.ir_intensities[k]) < 1e-2 * vib.ir_intensities[k]
     assert abs(IR_KM_MOL - 974.88) < 0.05       # the usual conversion, from PySCF's constants
@@ -330,3 +334,35 @@ def test_readme_frequency_example_runs(monkeypatch):
     assert namespace["res"].hessian.shape == (9, 9) and len(namespace["res"].frequencies.vibrations.frequencies_cm1) == 3
     ase_freq = np.real(namespace["ir"].get_frequencies()[-3:])
     assert np.max(np.abs(ase_freq - namespace["res"].frequencies.vibrations.frequencies_cm1)) < 2.0
+
+
+def test_batch_freq_records_hessian_documents(tmp_path):
+    out = tmp_path / "freq.jsonl"
+    res = CliRunner().invoke(app, ["batch", str(molecule_path("water")), str(molecule_path("hydrogen_fluoride")),
+                                   "--freq", "--basis", "sto-3g", "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    assert all(r["result"]["driver"] == "hessian" for r in records)
+    hf = records[1]["result"]["extras"]["mp2trn"]
+    assert len(hf["thermochemistry"]["frequencies_cm1"]) == 1 and hf["vibrations"]["linear"]
+
+
+@pytest.mark.slow
+def test_nh3_irc_from_the_planar_transition_state_reaches_the_pyramid(tmp_path):
+    """geomeTRIC's IRC on mp2trn's gradients from the MP2/STO-3G planar NH₃ (the TS test's result): the path
+    goes down to a pyramidal minimum, every point in the trajectory."""
+    pytest.importorskip("geometric")
+    ts = tmp_path / "ts.xyz"
+    ts.write_text("4\nplanar ammonia (MP2/STO-3G transition state)\nN 0.0048500964 0.0085109652 0.1847736936\n"
+                  "H 1.0228595304 0.0018310476 0.1883006382\nH -0.4983989468 0.8934449538 0.1904758790\n"
+                  "H -0.5099036136 -0.8697328051 0.1760060542\n")
+    out, traj = tmp_path / "end.xyz", tmp_path / "irc.xyz"
+    res = CliRunner().invoke(app, ["optimize", str(ts), "--irc", "--basis", "sto-3g", "--out", str(out),
+                                   "--trajectory", str(traj), "--max-steps", "60"])
+    assert res.exit_code == 0, res.output
+    energies = [float(p.split("=")[1]) for p in traj.read_text().split() if p.startswith("energy=")]
+    assert energies[0] > -55.482 and min(energies) < energies[0] - 0.02          # down from the barrier
+    xyz = np.array([[float(v) for v in line.split()[1:4]] for line in out.read_text().splitlines()[2:6]])
+    normal = np.cross(xyz[2] - xyz[1], xyz[3] - xyz[1])
+    assert abs(normal @ (xyz[0] - xyz[1])) / np.linalg.norm(normal) > 0.2          # N out of the H₃ plane (Å)
