@@ -1,8 +1,10 @@
 """Density-fitting integrals: the MP2 auxiliary basis, the Coulomb metric and its Cholesky factor, and
 3-index AO integrals (P|μν) generated in blocks of auxiliary shells that fit the memory budget.
 
-The MP2 aux basis is always explicit: the default is ``make_auxbasis(mol, mp2fit=True)`` (cc-pVXZ-RI,
-def2-XXX-RI, ...), never silently the JK-fit basis of the SCF.
+The fitting bases arrive resolved (``pipeline.build_molecule`` and ``DFMP2`` resolve them by the rules of
+:mod:`mp2trn.basis`, once); this module only builds with them. The MP2 aux basis is always explicit: a
+caller that hands none gets PySCF's ``make_auxbasis(mol, mp2fit=True)`` (cc-pVXZ-RI, def2-XXX-RI, ...),
+never silently the JK-fit basis of the SCF.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import scipy.linalg
 from pyscf import df, gto, lib
 from scipy.linalg import blas as scipy_blas
 
-from .basis import default_fitting
+from .basis import BasisSet
 from .errors import InputError, NumericalError
 from .memory import prefaulted_empty
 from .threads import one_blas_pool
@@ -34,17 +36,13 @@ def quiet_pyscf():
         yield
 
 
-def resolve_auxbasis(mol: gto.Mole, auxbasis: str | dict | None) -> str | dict:
-    """The MP2-fit aux basis: the one given (names, files or PySCF data), else the RI rule of
-    :mod:`mp2trn.basis` for the orbital basis (PySCF's own default where that basis is given as data)."""
-    if isinstance(auxbasis, dict) and not all(isinstance(v, str) for v in auxbasis.values()):
-        return auxbasis   # already resolved
-    try:
-        chosen = default_fitting(mol, "rifit", auxbasis or None)
-    except InputError as exc:
-        raise InputError(f"auxiliary basis {describe_basis(auxbasis)!r} is not usable for this molecule: "
-                         f"{str(exc).split(': ', 1)[-1]}") from None
-    return chosen.pyscf_basis() if chosen is not None else df.make_auxbasis(mol, mp2fit=True)
+def pyscf_fitting(mol: gto.Mole, chosen: BasisSet | None, role: str) -> str | dict:
+    """A fitting basis resolved by :mod:`mp2trn.basis` as PySCF takes it; where the rules had nothing to go on
+    (``chosen`` None: the orbital basis was given as shells) PySCF's own ``make_auxbasis`` for ``role``
+    ("jkfit" or "rifit")."""
+    if chosen is not None:
+        return chosen.pyscf_basis()
+    return df.make_auxbasis(mol, mp2fit=role == "rifit")
 
 
 def describe_basis(basis: str | dict) -> str:
@@ -116,8 +114,9 @@ def largest_shell(mol: gto.Mole) -> int:
 
 
 def make_auxmol(mol: gto.Mole, auxbasis: str | dict | None) -> tuple[gto.Mole, str | dict]:
-    """The auxiliary molecule for the MP2-fit basis; a missing or unknown basis is an InputError."""
-    aux = resolve_auxbasis(mol, auxbasis)
+    """The auxiliary molecule for the MP2-fit basis as resolved (None: PySCF's RI partner of the orbital
+    basis); a basis PySCF cannot build for this molecule is an InputError."""
+    aux = auxbasis if auxbasis else pyscf_fitting(mol, None, "rifit")
     try:
         with quiet_pyscf():
             auxmol = df.addons.make_auxmol(mol, aux)

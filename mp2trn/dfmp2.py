@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .devices import Device, get_device
-from .df import build_df, describe_basis
+from .basis import default_fitting
+from .df import build_df, describe_basis, pyscf_fitting
 from .energy import pair_energies, singles_energy
 from .errors import InputError, ResourceError
 from .methods import get_method
@@ -45,7 +46,8 @@ def kernel(
 ) -> MP2Result:
     """DF-MP2 energy of the converged SCF ``mf`` on ``device`` within ``max_memory`` MB.
 
-    auxbasis: MP2 fitting basis (None: PySCF's RI partner of the orbital basis, never the JK basis).
+    auxbasis: MP2 fitting basis as PySCF takes it, resolved by the caller (``pipeline.build_molecule``,
+    :attr:`DFMP2.fitting_basis`); None: PySCF's RI partner of the orbital basis, never the JK basis.
     frozen: see :data:`mp2trn.options.Frozen`. The device is used, not closed.
     comm: the ranks the work is spread over (:mod:`mp2trn.parallel`; None: this process alone); the
     budget is then per rank and every rank returns the same energies.
@@ -149,7 +151,8 @@ class DFMP2:
 
     mf: converged ``scf.RHF``/``scf.UHF``/``scf.ROHF`` (density-fitted or not); ROHF runs ROHF-MBPT(2)
     (semicanonical orbitals, singles energy ``e_singles``; energies only, no gradient yet).
-    auxbasis: MP2 fitting basis; None → ``make_auxbasis(mol, mp2fit=True)`` (never the JK basis).
+    auxbasis: MP2 fitting basis (names, files or PySCF data), resolved once by the rules of :mod:`mp2trn.basis`
+    (:attr:`fitting_basis`); None → the rules' RI partner of the orbital basis (never the JK basis).
     frozen: None/"none", "auto", an int N (lowest N per spin), or orbital indices (a list, or two for UHF).
     device: "cpu", "cuda", "sim", "neuron", "auto" or a Device (used, not closed); precision: a name of
     :data:`mp2trn.precision.PRECISIONS` or None (the device's default); device_options: constructor
@@ -210,6 +213,16 @@ class DFMP2:
         """The memory budget in MB: ``max_memory`` if set, else the SCF object's ``max_memory``."""
         return float(self.max_memory if self.max_memory is not None else self._scf.max_memory)
 
+    @property
+    def fitting_basis(self) -> str | dict:
+        """The MP2 fitting basis as PySCF takes it: ``auxbasis`` given as shells is used as it is; names (or
+        None) are resolved by the rules of :mod:`mp2trn.basis` — this class is an entry point, as
+        ``pipeline.build_molecule`` is for runs from a geometry, and the stages below receive the result."""
+        given = self.auxbasis
+        if isinstance(given, dict) and not all(isinstance(v, str) for v in given.values()):
+            return given
+        return pyscf_fitting(self.mol, default_fitting(self.mol, "rifit", given or None), "rifit")
+
     def _with_device(self, work):
         owned = not isinstance(self.device, Device)
         device = get_device(self.device, self.precision, **self.device_options)
@@ -221,7 +234,8 @@ class DFMP2:
 
     def run(self) -> DFMP2:
         """Compute the DF-MP2 energy; returns self (PySCF style). ``e_tot`` is the method's total energy."""
-        result = self._with_device(lambda device: kernel(self._scf, device, self.budget_mb, self.auxbasis, self.frozen,
+        auxbasis = self.fitting_basis
+        result = self._with_device(lambda device: kernel(self._scf, device, self.budget_mb, auxbasis, self.frozen,
                                                          self.progress, self.keep_pair_energies))
         self.result = replace(result, method=self.method)
         return self
@@ -239,7 +253,7 @@ class DFMP2:
         if not derivatives and False in self._relaxed:
             return self._relaxed[False]
         out = self._with_device(lambda device: gradient_kernel(
-            self._scf, device, self.budget_mb, self.auxbasis, self.frozen, self.method.c_os, self.method.c_ss,
+            self._scf, device, self.budget_mb, self.fitting_basis, self.frozen, self.method.c_os, self.method.c_ss,
             self.progress, derivatives))
         self._relaxed[False] = out   # the densities of a full gradient run serve make_rdm1 too
         return out

@@ -36,11 +36,10 @@ LINDEP_GRADIENT = (
 
 @dataclass(frozen=True)
 class ScfOptions:
-    """How to run the SCF (the SCF's share of :class:`RunOptions`). ``jkbasis=None``: the JK-fit rules of
-    :mod:`mp2trn.basis` for the orbital basis."""
+    """How to run the SCF (the SCF's share of :class:`RunOptions`). The JK-fit basis is not a setting here:
+    ``pipeline.build_molecule`` resolves it from ``RunOptions.jkbasis`` and hands it to ``scf.run_scf``."""
 
     density_fit: bool = True
-    jkbasis: str | dict | None = None
     conv_tol: float = 1e-10
     max_cycle: int = 100
     jk: str = "auto"
@@ -106,7 +105,8 @@ class RunOptions:
     reference: the SCF determinant — "rhf", "uhf" or "rohf" (ROHF-MBPT(2): semicanonical ROHF orbitals and
     the singles energy; energies only); None: RHF for closed shells, UHF for open shells.
     unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
-    scf_df, jkbasis, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); scf_jk: where its
+    scf_df, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); jkbasis: its JK-fit basis (None: the
+    rules of :mod:`mp2trn.basis`); scf_jk: where its
     J/K builds run — "auto" (the device when it has a J/K stage, else PySCF's), "device" or "pyscf";
     lindep: canonical orthogonalisation threshold for a linearly dependent basis (None: refuse one).
     device: "cpu", "cuda", "sim", "neuron", "auto" or a Device object; precision: None → the device's
@@ -226,7 +226,7 @@ class RunOptions:
     @property
     def scf(self) -> ScfOptions:
         """The SCF's share of the options."""
-        return ScfOptions(density_fit=self.scf_df, jkbasis=self.jkbasis, conv_tol=self.conv_tol,
+        return ScfOptions(density_fit=self.scf_df, conv_tol=self.conv_tol,
                           max_cycle=self.max_cycle, jk=self.scf_jk, lindep=self.lindep,
                           xc=get_method(self.method).xc, grid=self.grid, reference=self.reference)
 

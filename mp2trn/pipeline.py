@@ -28,7 +28,7 @@ from . import dfmp2
 from .devices import Device, get_device
 from .errors import InputError, NumericalError
 from .geometry import check_geometry
-from .df import largest_shell, make_auxmol
+from .df import largest_shell, make_auxmol, pyscf_fitting
 from .memory import budget_mb, check_budget_before_scf, peak_rss_mb
 from .basis import BasisSet, MoleculeBases, atom_symbols, default_fitting, fitting_basis
 from .methods import dispersion_energy, get_method
@@ -72,6 +72,16 @@ class BuiltMolecule:
     bases: MoleculeBases | None
     jkfit: BasisSet | None
     rifit: BasisSet | None
+
+    @property
+    def jk_auxbasis(self) -> str | dict:
+        """The SCF's JK-fit basis as PySCF takes it, handed to ``scf.run_scf``."""
+        return pyscf_fitting(self.mol, self.jkfit, "jkfit")
+
+    @property
+    def ri_auxbasis(self) -> str | dict:
+        """The MP2 fitting basis as PySCF takes it, handed to the DF-MP2 and gradient stages."""
+        return pyscf_fitting(self.mol, self.rifit, "rifit")
 
     def record(self) -> dict[str, Any]:
         """What-ran entry: every basis with its source per element, the ECPs and the function convention."""
@@ -121,14 +131,10 @@ class ScfStage:
     molecule: BuiltMolecule | None = None
 
 
-def _auxbasis(molecule: BuiltMolecule, options: RunOptions) -> str | dict | None:
-    return molecule.rifit.pyscf_basis() if molecule.rifit is not None else options.auxbasis
-
-
 def check_before_scf(molecule: BuiltMolecule, options: RunOptions, device: Device) -> None:
     """Errors that need no SCF, raised before it: an unusable MP2 fitting basis, a budget too small."""
     mol = molecule.mol
-    auxmol, _ = make_auxmol(mol, _auxbasis(molecule, options))
+    auxmol, _ = make_auxmol(mol, molecule.ri_auxbasis)
     check_budget_before_scf(mol.nao_nr(), mol.nelec, auxmol.nao_nr(), largest_shell(auxmol),
                             budget_mb(options.max_memory), device.storage_dtype.itemsize)
 
@@ -140,14 +146,11 @@ def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Devic
     molecule = build_molecule(source, options)
     mol = molecule.mol
     check_before_scf(molecule, options, device)
-    scf_options = options.scf
-    if molecule.jkfit is not None:
-        scf_options = replace(scf_options, jkbasis=molecule.jkfit.pyscf_basis())
     t0 = time.perf_counter()
     if progress:
         progress("scf", 0, options.max_cycle)
-    mf = run_scf(mol, scf_options, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
-                 comm=comm, dm0=dm0)
+    mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
+                 comm=comm, dm0=dm0, jkfit=molecule.jk_auxbasis)
     if progress:
         progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
     return ScfStage(mf, time.perf_counter() - t0, molecule.notes, molecule)
@@ -174,7 +177,7 @@ def compute(
     stage = scf_stage(source, options, device, progress, comm, dm0)
     mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
     check_stopped()
-    result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), _auxbasis(molecule, options), options.frozen,
+    result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), molecule.ri_auxbasis, options.frozen,
                           progress, keep_pair_energies, comm)
     method = get_method(options.method)
     what_ran = {**result.what_ran, **_basis_names(molecule, result.what_ran), "bases": molecule.record(),
@@ -200,7 +203,7 @@ def compute(
     result = replace(result, timings=timings, scf=record, notes=notes, parallel=parallel, what_ran=what_ran,
                      method=method, e_disp=dispersion_energy(mf.mol, method), reference=reference)
     if options.gradient:
-        result = gradient_stage(result, mf, _auxbasis(molecule, options), options, device, progress, comm)
+        result = gradient_stage(result, mf, molecule.ri_auxbasis, options, device, progress, comm)
     return result, mf
 
 

@@ -11,25 +11,15 @@ import contextlib
 import numpy as np
 from pyscf import df, dft, gto, scf
 
-from .basis import default_fitting
 from .options import ScfOptions
 from .devices import Device
-from .df import describe_basis, quiet_pyscf
+from .df import describe_basis, pyscf_fitting, quiet_pyscf
 from .errors import ConvergenceError, InputError, Mp2trnError, NumericalError
 from .jk import DeviceJK, density_fit_jk
 from .parallel import Comm
 from .progress import Progress
 from .scratch import check_stopped
 from .threads import one_blas_pool
-
-
-def jk_auxbasis(mol: gto.Mole, jkbasis: str | dict | None) -> str | dict:
-    """The JK-fit auxiliary basis actually used: the one given (names or PySCF data), else the fitting rules
-    of :mod:`mp2trn.basis` (PySCF's own default where the orbital basis is given as data)."""
-    if isinstance(jkbasis, dict) and not all(isinstance(v, str) for v in jkbasis.values()):
-        return jkbasis   # already resolved (the pipeline resolves every basis before the SCF)
-    chosen = default_fitting(mol, "jkfit", jkbasis)
-    return chosen.pyscf_basis() if chosen is not None else df.make_auxbasis(mol, mp2fit=False)
 
 
 def scf_reference(mol: gto.Mole, choice: str | None) -> str:
@@ -57,7 +47,7 @@ def new_mean_field(mol: gto.Mole, options: ScfOptions):
 
 def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
             device: Device | None = None, progress: Progress | None = None, comm: Comm | None = None,
-            dm0: np.ndarray | None = None):
+            dm0: np.ndarray | None = None, jkfit: str | dict | None = None):
     """Run RHF (spin 0) or UHF (spin > 0), or the ``options.reference`` asked for, and return the converged
     mean-field object.
 
@@ -66,7 +56,9 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     run there (``options.jk``, :mod:`mp2trn.jk`); ``scf_record(mf)`` says what ran. ``progress("scf",
     cycle, max_cycle)`` after each cycle. ``dm0``: the initial density (AO; a nearby geometry's converged
     density in the same basis), else PySCF's default guess. ``comm``: the ranks of a run spread over several — every rank
-    runs the same SCF driver, and the J/K builds are shared by auxiliary rows (device J/K only).
+    runs the same SCF driver, and the J/K builds are shared by auxiliary rows (device J/K only). ``jkfit``: the
+    JK-fit basis as PySCF takes it, resolved by ``pipeline.build_molecule`` (None: PySCF's own partner of the
+    orbital basis, ``make_auxbasis``).
     Raises ConvergenceError when the SCF fails to converge.
     """
     mf = new_mean_field(mol, options)
@@ -74,9 +66,10 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     if max_memory is not None:
         mf.max_memory = max_memory
     if options.density_fit:
+        auxbasis = jkfit if jkfit else pyscf_fitting(mol, None, "jkfit")
         try:
             with quiet_pyscf():
-                mf = mf.density_fit(auxbasis=jk_auxbasis(mol, options.jkbasis))
+                mf = mf.density_fit(auxbasis=auxbasis)
                 on_device = device is not None and _use_device_jk(options.jk, device)
                 if on_device:  # the device J/K builds the tensor in its own layout; check the basis now
                     mf.with_df.auxmol = df.addons.make_auxmol(mol, mf.with_df.auxbasis)
@@ -85,8 +78,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
         except Mp2trnError:
             raise
         except Exception as exc:  # PySCF raises several types for a missing fitting basis
-            given = options.jkbasis if isinstance(options.jkbasis, str) else "default"
-            raise InputError(f"JK-fit basis {given!r} is not usable: {_first_line(exc)}") from None
+            raise InputError(f"JK-fit basis {describe_basis(auxbasis)!r} is not usable: {_first_line(exc)}") from None
         if on_device:
             density_fit_jk(mf, device=device, max_memory=mf.max_memory, comm=comm)
     mf.conv_tol = options.conv_tol
