@@ -397,8 +397,8 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     npair = nao * (nao + 1) // 2
     chunk_mb = max(1.0, min(_FACTOR_CHUNK_MB, 0.05 * avail / MB))
     tensor = naux_jk * npair * f8
-    blocks = naux_jk * sum(c.nocc ** 2 + 2 * c.nvir * c.nocc + c.nvir ** 2 for c in chans) * f8
-    rows = max(1, int(64e6 // (nao * nao * f8)))
+    blocks = naux_jk * sum(c.nocc ** 2 + c.nvir * c.nocc + c.nvir ** 2 for c in chans) * f8   # B_oo, B_ov, B_vv
+    rows = min(naux_jk, max(1, int(64e6 // (nao * nao * f8))))   # unpacked rows per chunk (grad.cpks)
     factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nvir * nocc * f8 + 3 * rows * nao * nao * f8)
     response_factors = factors <= avail - small
     stage["response"] = small + (factors if response_factors else min(tensor, 0.5 * budget_mb * MB) + 0.1 * avail)

@@ -137,6 +137,11 @@ def check_before_scf(molecule: BuiltMolecule, options: RunOptions, device: Devic
     auxmol, _ = make_auxmol(mol, molecule.ri_auxbasis)
     check_budget_before_scf(mol.nao_nr(), mol.nelec, auxmol.nao_nr(), largest_shell(auxmol),
                             budget_mb(options.max_memory), device.storage_dtype.itemsize)
+    if options.gradient:   # every gradient stage's plan too, refused here rather than after the SCF and energy
+        from .grad.dfmp2 import check_budget_before_scf as check_gradient_budget
+
+        check_gradient_budget(mol, auxmol, molecule.jk_auxbasis, device.storage_dtype.itemsize,
+                              budget_mb(options.max_memory), device.memory_mb())
 
 
 def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Device, progress: Progress | None = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -148,3 +150,91 @@ def test_a_small_budget_streams_the_scf_tensor_and_is_honoured():
     got = _peak_run("molecules/benzene.xyz", budget)
     assert got["tensor"].startswith("streamed")
     assert got["peak_mb"] - fixed <= budget, (got, fixed)
+
+
+def test_gradient_plan_streams_b_in_pairs_when_one_spin_does_not_fit():
+    """Inosine/cc-pVDZ's shapes: at 300 MB one spin's B (177 MB) does not fit beside a strip, so the sweep
+    reads B in pairs of occupied blocks; at 4 GB everything stays in memory; every stage's planned peak is
+    within the budget, and the smallest budget named by the refusal is one that plans."""
+    from mp2trn.memory import ChannelShape, GradientSizes, plan_gradient
+
+    sizes = GradientSizes(nao=326, naux=1232, max_aux_shell=7, naux_jk=1606, max_jk_shell=9,
+                          channels=(ChannelShape(70, 70, 256),), itemsize=8)
+    small, large = plan_gradient(sizes, 300), plan_gradient(sizes, 4000)
+    assert not small.stores_incore and 0 < small.pair_block < 35 and not small.response_factors
+    assert "pairs of" in small.residency()["pair_sweep"]
+    assert large.stores_incore and large.pair_block == 0 and large.response_factors and large.jk_half_incore
+    for plan in (small, large):
+        assert max(plan.stage_mb.values()) <= plan.budget_mb
+    with pytest.raises(ResourceError, match=r"smallest budget this gradient fits is (\d+) MB") as err:
+        plan_gradient(sizes, 100)
+    smallest = float(re.search(r"fits is (\d+) MB", str(err.value)).group(1))
+    assert plan_gradient(sizes, smallest + 1).budget_mb == smallest + 1
+    with pytest.raises(ResourceError):
+        plan_gradient(sizes, 0.97 * smallest)
+
+
+def test_gradient_budget_too_small_is_refused_before_the_scf(monkeypatch):
+    """A gradient whose smallest block cannot fit is refused before any SCF cycle, naming the budget that
+    would fit; the same budget without --gradient runs (the energy alone fits it)."""
+    import mp2trn.pipeline as pipeline
+
+    def must_not_run(*args, **kwargs):  # pragma: no cover - reaching it is the failure
+        raise AssertionError("the SCF started despite a gradient that cannot fit the budget")
+
+    monkeypatch.setattr(pipeline, "run_scf", must_not_run)
+    with pytest.raises(ResourceError, match=r"gradient's .*smallest budget this gradient fits is \d+ MB"):
+        mp2trn.run("molecules/benzene.xyz", basis="cc-pvdz", max_memory=15, gradient=True)
+    with pytest.raises(AssertionError, match="the SCF started"):
+        mp2trn.run("molecules/benzene.xyz", basis="cc-pvdz", max_memory=15)
+
+
+_GRADIENT_PEAK_CHILD = """
+import json, sys
+from mp2trn.memory import peak_rss_mb
+from mp2trn.pipeline import run
+res = run(sys.argv[1], basis=sys.argv[2], max_memory=float(sys.argv[3]), gradient=True)
+print(json.dumps({"peak_mb": peak_rss_mb(), "tensor": res.scf["tensor"], "out_of_core": res.what_ran["out_of_core"],
+                  "gradient_memory": res.what_ran["gradient_memory"], "gradient": res.gradient.tolist()}))
+"""
+
+
+def _gradient_peak(path: str, basis: str, memory_mb: float) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", _GRADIENT_PEAK_CHILD, path, basis, str(memory_mb)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _check_within_budget(path: str, basis: str, budget: float) -> dict:
+    """The energy and gradient run of ``path`` at ``budget`` MB in a fresh process: its peak RSS within the
+    budget plus a water/cc-pVDZ gradient run's at the same budget (the interpreter's and libraries' fixed
+    cost, measured, its own arrays a few hundred kB), plus 10 %."""
+    fixed = _gradient_peak("molecules/water.xyz", "cc-pvdz", budget)["peak_mb"]
+    got = _gradient_peak(path, basis, budget)
+    assert got["peak_mb"] <= 1.1 * (fixed + budget), (got["peak_mb"], fixed, got["gradient_memory"])
+    return got
+
+
+def test_energy_and_gradient_stay_within_a_small_budget():
+    """Formaldehyde/cc-pVTZ at 13 MB: the SCF's JK-fit tensor (6.8 MB packed) does not fit half the budget
+    and is streamed, and the response's MO blocks of it (B_vv alone 11 MB) are not made (J/K builds
+    instead); the whole run stays within the budget. (B itself, 1.1 MB, fits: the slow benzene case below
+    streams it too.)"""
+    got = _check_within_budget("molecules/formaldehyde.xyz", "cc-pvtz", 13.0)
+    assert got["tensor"].startswith("streamed")
+    assert got["gradient_memory"]["response_jkfit_mo_blocks"].startswith("not made")
+
+
+@pytest.mark.slow
+def test_benzene_gradient_stays_within_a_small_budget():
+    """Benzene/cc-pVDZ at 30 MB: B (6.6 MB) and Γ̄ streamed from HDF5, the JK-fit tensor (29 MB) streamed by
+    the SCF and not kept by the response; peak RSS within the budget above the fixed cost."""
+    got = _check_within_budget("molecules/benzene.xyz", "cc-pvdz", 30.0)
+    assert got["tensor"].startswith("streamed") and got["out_of_core"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pyscf import dft
+from pyscf import df, dft
 
 from ..devices import Device
 from ..df import build_df, largest_shell, quiet_pyscf
@@ -172,10 +172,13 @@ def gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes: list[ChannelShape], 
                          largest_shell(jkfit_auxmol), tuple(shapes), itemsize)
 
 
-def check_budget_before_scf(mol, rifit_auxmol, jkfit_auxmol, itemsize: int, budget: float,
+def check_budget_before_scf(mol, rifit_auxmol, jk_auxbasis: str | dict, itemsize: int, budget: float,
                             device_mb: float | None = None) -> None:
-    """Raise ResourceError before the SCF when no plan of the gradient fits ``budget`` MB; the orbital counts
-    are the all-electron ones per spin (an upper bound: frozen core and dropped functions only shrink it)."""
+    """Raise ResourceError before the SCF when no plan of the gradient fits ``budget`` MB (``jk_auxbasis``:
+    the SCF's JK-fit basis as PySCF takes it); the orbital counts are the all-electron ones per spin (an upper
+    bound: frozen core only shrinks them)."""
+    with quiet_pyscf():
+        jkfit_auxmol = df.addons.make_auxmol(mol, jk_auxbasis)
     nao = mol.nao_nr()
     shapes = [ChannelShape(n, n, max(1, nao - n)) for n in sorted(set(mol.nelec))]
     plan_gradient(gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes, itemsize), budget, device_mb)
