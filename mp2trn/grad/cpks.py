@@ -10,7 +10,7 @@ G[X] on occupied orbitals, and with B_Q the Cholesky-decomposed tensor (B = L⁻
     C_vᵀ K[Z + Zᵀ] C_o = Σ_Q B^Q_vv (z B^Q_oo) + B^Q_vo (zᵀ B^Q_vo)   (MO-sized GEMMs only)
     J[X] = Σ_Q ρ_Q B_Q, ρ_Q = B_Q·X;  for Z + Zᵀ: ρ_Q = 2 Σ_ai B^Q_ai z_ai
 
-with the MO blocks B^Q_vv, B^Q_vo, B^Q_oo of the tensor made once, so that a Z-vector iteration costs
+with the MO blocks B^Q_vv, B^Q_ov = (B^Q_vo)ᵀ, B^Q_oo of the tensor made once, so that a Z-vector iteration costs
 2·nvir²·nocc·naux FLOPs instead of a J/K build. The tensor is built once (packed μ ≥ ν,
 :func:`mp2trn.df.cholesky_tensor`) and read in row chunks, each unpacked in a small buffer.
 """
@@ -36,23 +36,21 @@ class ResponseJK:
         self.naux = tensor.shape[0]
         self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
         self.tensor = tensor                        # (naux, nao(nao+1)/2), packed rows
-        self.b_oo, self.b_vo, self.b_vv = [], [], []
+        self.b_oo, self.b_ov, self.b_vv = [], [], []
         for ch in chans:
             o, v = len(ch.occ), ch.nvir
             c_o, c_v = ch.c[:, ch.occ], ch.c[:, ch.vir]
-            oo, vo, vv = np.empty((self.naux, o, o)), np.empty((self.naux, v, o)), np.empty((self.naux, v, v))
+            oo, ov, vv = np.empty((self.naux, o, o)), np.empty((self.naux, o, v)), np.empty((self.naux, v, v))
             for q0, b in self._chunks():
                 q = len(b)
                 half = (b.reshape(-1, self.nao) @ ch.c).reshape(q, self.nao, -1)     # (Q, ν, p) = B_Q C
                 mo = np.matmul(ch.c.T, half)                                          # (Q, p, p) = Cᵀ B_Q C
                 oo[q0 : q0 + q] = mo[np.ix_(range(q), ch.occ, ch.occ)]
-                vo[q0 : q0 + q] = mo[np.ix_(range(q), ch.vir, ch.occ)]
+                ov[q0 : q0 + q] = mo[np.ix_(range(q), ch.occ, ch.vir)]
                 vv[q0 : q0 + q] = mo[np.ix_(range(q), ch.vir, ch.vir)]
             self.b_oo.append(oo)
-            self.b_vo.append(vo)
+            self.b_ov.append(ov)   # (Q, i, a): its (Q·i, a) rows are Σ_Q B^Q_vo W_Q's contraction as they lie
             self.b_vv.append(vv)
-        #: B^Q_vo as (v, Q·o) rows, for Σ_Q B^Q_vo W_Q as one GEMM
-        self.b_vo_rows = [np.ascontiguousarray(vo.transpose(1, 0, 2)).reshape(vo.shape[1], -1) for vo in self.b_vo]
 
     @classmethod
     def build(cls, mf, chans: list[Channel], chunk_mb: float = 256.0) -> ResponseJK | None:
@@ -70,15 +68,16 @@ class ResponseJK:
     # -- the Z-vector's operator -----------------------------------------------------------------------
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
         """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc)."""
-        rho = sum(ch.weight * 2.0 * (vo.reshape(self.naux, -1) @ z.ravel())
-                  for ch, vo, z in zip(self.chans, self.b_vo, zs))
+        rho = sum(ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())
+                  for ch, ov, z in zip(self.chans, self.b_ov, zs))
         out = []
-        for ch, vo, oo, vv, rows, z in zip(self.chans, self.b_vo, self.b_oo, self.b_vv, self.b_vo_rows, zs):
+        for ch, ov, oo, vv, z in zip(self.chans, self.b_ov, self.b_oo, self.b_vv, zs):
             o, v = len(ch.occ), ch.nvir
-            coulomb = (rho @ vo.reshape(self.naux, -1)).reshape(v, o)
+            coulomb = (rho @ ov.reshape(self.naux, -1)).reshape(o, v).T
             # Σ_Q B^Q_vv (z B^Q_oo): B^Q_vv is symmetric, so its (Q, a) rows are the contraction of one GEMM
             first = vv.reshape(-1, v).T @ np.matmul(z, oo).reshape(-1, o)
-            second = rows @ np.matmul(z.T, vo).reshape(-1, o)                   # Σ_Q B^Q_vo (zᵀ B^Q_vo)
+            # Σ_Q B^Q_vo (zᵀ B^Q_vo): B^Q_ov's (Q·i, a) rows, read transposed by the GEMM (no copy)
+            second = ov.reshape(-1, v).T @ np.matmul(z.T, ov.transpose(0, 2, 1)).reshape(-1, o)
             out.append(coulomb - (first + second))
         return out
 
