@@ -195,8 +195,9 @@ class DeviceJK(df.DF):
         nao); ``self.tensor_source`` says how it was made."""
         comm = self.comm
         if self._cderi is None:
-            full = cholesky_tensor(self.mol, self.auxmol, packed=packed) if comm.size == 1 else \
-                cholesky_tensor_share(self.mol, self.auxmol, comm, packed=packed)
+            chunk_mb = max(1.0, min(256.0, 0.1 * self.budget))   # the solve's row chunk, beside the tensor
+            full = cholesky_tensor(self.mol, self.auxmol, chunk_mb, packed=packed) if comm.size == 1 else \
+                cholesky_tensor_share(self.mol, self.auxmol, comm, chunk_mb, packed=packed)
             if full is not None:
                 self.tensor_source = "built by mp2trn in the device layout" + \
                     (f", this rank's {full.shape[0]} of {self.auxmol.nao_nr()} rows" if comm.size > 1 else "")
