@@ -5,8 +5,8 @@
     python scripts/bench_jk.py --cast          # only: the tensor in fp32, kept copy vs reused buffer
     python scripts/bench_jk.py --peak          # only: this machine's DGEMM and SGEMM rates (4000² GEMM)
     python scripts/bench_jk.py --layouts       # also the unpacked layout (naux, nao, nao) on the cpu device
-    python scripts/bench_jk.py --parts         # only: the pieces of an fp64 build of the packed tensor, and
-                                               # of the tensor build (integrals, triangular solve)
+    python scripts/bench_jk.py --parts         # only: the tensor build (integrals, triangular solve), then the
+                                               # pieces of each precision's packed build and their shares
     python scripts/bench_jk.py --stream        # only: PySCF's tensor in its HDF5 file, streamed builds vs
                                                # PySCF's outcore get_jk on that file vs resident builds
 
@@ -90,12 +90,15 @@ def cast_costs(mol, rows: int = 256) -> None:
           f"time) {t_device:.3f} s; {machine_description()}")
 
 
-def part_costs(mol, rows: int = 64) -> None:
-    """Where an fp64 build of the packed tensor and the tensor build spend their time: the whole packed
-    tensor built (``df.cholesky_tensor``) and its triangular solve alone on one chunk's shape; then, per
-    ``rows`` auxiliary rows, unpacking one row at a time on one thread, the half-transform as B C (nocc
-    last) and as Cᵀ Bᵀ (the long dimension last, as the cpu device runs it), and the exchange syrk."""
-    from pyscf import df, lib
+def part_costs(mol, precisions: list[str], repeat: int) -> None:
+    """Where the time of a packed build goes: the tensor build (integrals and triangular solve) once, then
+    for each precision the cpu device's own builds (``CpuDevice.time_jk_parts``: the pieces timed inside
+    the J/K core as a run executes them) — unpacking, fp32 conversion or copy, the half-transform
+    Z = Cᵀ B_P, the exchange syrk, J's two passes — with each piece's seconds per build, GFLOP/s where it
+    does arithmetic, and share of the build; "rest" is the build's wall time outside the timed pieces
+    (Python, the block loop, J's unpack). CPU seconds (all threads) beside wall seconds: on a loaded machine
+    their ratio says how much of the cores the build had."""
+    from pyscf import df
     from scipy.linalg import blas as scipy_blas
 
     from mp2trn.df import _metric_factor, cholesky_tensor
@@ -105,7 +108,7 @@ def part_costs(mol, rows: int = 64) -> None:
     t0 = time.perf_counter()
     packed = cholesky_tensor(mol, auxmol, packed=True)
     t_tensor = time.perf_counter() - t0
-    naux, nao, nocc = packed.shape[0], mol.nao_nr(), mol.nelectron // 2
+    naux, nao = packed.shape[0], mol.nao_nr()
     low = _metric_factor(auxmol)
     rhs = np.asfortranarray(packed[:, : min(packed.shape[1], 20000)].T)   # (pairs, naux), a chunk's shape
 
@@ -117,30 +120,61 @@ def part_costs(mol, rows: int = 64) -> None:
             return time.perf_counter() - t0
 
     t_trsm = min(solve_in_place() for _ in range(2))
-    print(f"nao {nao}, naux {naux}, nocc {nocc}; {machine_description()}")
+    print(f"nao {nao}, naux {naux}; {machine_description()}")
     print(f"tensor build (integrals + solve, packed): {t_tensor:.2f} s; triangular solve alone: "
           f"{naux * naux * rhs.shape[0] / t_trsm / 1e9:.0f} GFLOP/s, so ≈ {t_trsm * packed.shape[1] / rhs.shape[0]:.1f} s "
           f"of the build (the rest: integrals and copies)")
-    src = packed[:rows]
-    full = lib.unpack_tril(src)
-    c = np.linalg.qr(np.random.default_rng(0).standard_normal((nao, nocc)))[0]
-    ct, buf = np.ascontiguousarray(c.T), np.empty((1, nao, nao))
+    del rhs
+    dm = _guess_density(mol)
+    for precision in precisions:
+        _print_parts(mol, dm, packed, precision, repeat)
 
-    def unpack_rows():
-        for r in range(rows):
-            with lib.with_omp_threads(1):
-                lib.unpack_tril(src[r : r + 1], out=buf)
 
-    flops = 2.0 * rows * nao * nao * nocc
-    _, t_unpack = best(unpack_rows, 3)
-    _, t_bc = best(lambda: full.reshape(-1, nao) @ c, 3)
-    z, t_ctb = best(lambda: ct @ full.reshape(-1, nao).T, 3)
-    zz = z.reshape(-1, nao)
-    _, t_syrk = best(lambda: zz.T @ zz, 3)
-    print(f"per {rows} rows: unpack one row at a time {t_unpack:.4f} s; half-transform B C {t_bc:.4f} s "
-          f"({flops / t_bc / 1e9:.0f} GFLOP/s), Cᵀ Bᵀ {t_ctb:.4f} s ({flops / t_ctb / 1e9:.0f} GFLOP/s); "
-          f"syrk {t_syrk:.4f} s ({flops / 2 / t_syrk / 1e9:.0f} GFLOP/s); unpacking is "
-          f"{t_unpack / (t_unpack + t_ctb + t_syrk):.0%} of these")
+def _guess_density(mol):
+    """A converged-like density: the superposition-of-atoms guess diagonalised once, tagged with its
+    orbitals as ``make_rdm1`` tags it."""
+    ref = scf.RHF(mol).density_fit()
+    mo_energy, mo_coeff = ref.eig(ref.get_hcore() + ref.get_veff(mol, ref.get_init_guess()), ref.get_ovlp())
+    return ref.make_rdm1(mo_coeff, ref.get_occ(mo_energy, mo_coeff))
+
+
+#: the arithmetic of each timed piece of a build, as a multiple of naux·nao²·nocc (None: data movement)
+_PIECE_FLOPS = {"half-transform Z = C^T B_P": 2.0, "syrk K += Z^T Z": 1.0, "J: rho_P = B_P.D": None,
+                "J: sum_P rho_P B_P": None}
+
+
+def _print_parts(mol, dm, packed: np.ndarray, precision: str, repeat: int) -> None:
+    """One precision's packed builds on the cpu device, piece by piece (best build of ``repeat``)."""
+    from mp2trn.devices import get_device
+
+    dev = get_device("cpu", precision)
+    mf = density_fit_jk(scf.RHF(mol).density_fit(), device=dev, max_memory=default_memory_mb())
+    mf.with_df._full = packed   # the tensor just built: the first build makes only the device's blocks
+    parts = dev.time_jk_parts()
+    mf.get_jk(mol, dm)
+    once = {k: v for k, v in parts.items() if "once" in k}
+    best_wall, best_parts, best_cpu = float("inf"), {}, 0.0
+    for _ in range(repeat):
+        parts = dev.time_jk_parts()
+        c0, t0 = time.process_time(), time.perf_counter()
+        mf.get_jk(mol, dm)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if wall < best_wall:
+            best_wall, best_parts, best_cpu = wall, dict(parts), cpu
+    naux, nao, nocc = packed.shape[0], mol.nao_nr(), mol.nelectron // 2
+    print(f"\n{precision} packed build: {best_wall:.3f} s wall, {best_cpu:.3f} s CPU (all threads), "
+          f"best of {repeat}; {4.0 * naux * nao * nao * nocc / best_wall / 1e9:.0f} GFLOP/s counted as K's 4·naux·nao²·nocc")
+    print("| piece | s per build | GFLOP/s | share of the build |")
+    print("|---|---:|---:|---:|")
+    for piece, seconds in sorted(best_parts.items(), key=lambda kv: -kv[1]):
+        factor = _PIECE_FLOPS.get(piece)
+        rate = f"{factor * naux * nao * nao * nocc / seconds / 1e9:.0f}" if factor and seconds > 0 else "-"
+        print(f"| {piece} | {seconds:.3f} | {rate} | {seconds / best_wall:.0%} |")
+    rest = best_wall - sum(best_parts.values())
+    print(f"| rest (Python, block loop, J unpack) | {rest:.3f} | - | {rest / best_wall:.0%} |")
+    for piece, seconds in once.items():
+        print(f"| {piece} | {seconds:.3f} | - | (not in the build) |")
+    mf.with_df.release()
 
 
 def gemm_peak(n: int = 4000) -> None:
@@ -163,7 +197,7 @@ def main() -> None:
     ap.add_argument("--cast", action="store_true", help="only time the fp32 copy against per-build conversions")
     ap.add_argument("--layouts", action="store_true", help="also time the unpacked tensor layout")
     ap.add_argument("--stream", action="store_true", help="only time streamed builds from PySCF's HDF5 tensor")
-    ap.add_argument("--parts", action="store_true", help="only time the pieces of a packed fp64 build")
+    ap.add_argument("--parts", action="store_true", help="only time the pieces of the packed builds")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     if args.peak:
@@ -176,7 +210,7 @@ def main() -> None:
         stream_costs(mol, args.precision, args.repeat)
         return
     if args.parts:
-        part_costs(mol)
+        part_costs(mol, args.precision, args.repeat)
         return
     ref = scf.RHF(mol).density_fit()
     ref.with_df.build()

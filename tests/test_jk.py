@@ -346,3 +346,59 @@ def test_mixed_schedule_energy_rule_when_asked():
     sched = _schedule()
     sched.switch_rel = 1e-8
     assert _after_cycles(sched, [1.0, 0.5, 0.25], [-100.0, -100.5, -100.5 - 1e-7]) == 3
+
+
+@pytest.mark.parametrize("name", ["water", "hydroxyl", "ghost"])
+def test_fp32_copy_gives_the_per_build_conversions_j_and_k(references, name):
+    """fp32 builds of the packed tensor read an fp32 copy made once per SCF (each row unpacked by stpttr,
+    Z = Cᵀ B_P by ssymm, K by ssyrk): the same J (fp64 from the fp64 rows in both) to 1e-12 and the same K
+    to fp32 rounding as converting the fp64 rows at every build, the path before the copy; for tagged and
+    bare densities, J or K alone, and blocks of 7 rows (a remainder)."""
+    from mp2trn.devices.cpu import _Cast, _Fp32Copy
+    from mp2trn.df import cholesky_tensor
+
+    ref = references[name]
+    packed = cholesky_tensor(ref.mol, df.addons.make_auxmol(ref.mol, ref.with_df.auxbasis), packed=True)
+    nao = ref.mol.nao_nr()
+    dev = get_device("cpu", "fp32")
+    dm = ref.make_rdm1()
+    dms = np.asarray(dm).reshape(-1, nao, nao)
+    blocks = [packed[p0 : p0 + 7] for p0 in range(0, packed.shape[0], 7)]
+    copies = [dev.jk_tensor(b, np.dtype(np.float32)) for b in blocks]
+    assert all(isinstance(c, _Fp32Copy) and c.copy.dtype == np.float32 for c in copies)
+    assert dev.jk_copy_itemsize(np.float32) == 4 and dev.jk_copy_itemsize(np.float64) == 0   # the plan counts it
+    for density in (dm, np.asarray(dm)):   # the orbitals' factor; a bare density's eigen-factors
+        for factors, d in zip(density_factors(density), dms):
+            for with_j, with_k in ((True, True), (True, False), (False, True)):
+                new = [dev.jk_block(c, factors, d, with_j, with_k) for c in copies]
+                old = [dev.jk_block(_Cast(b, np.dtype(np.float32), nao), factors, d, with_j, with_k) for b in blocks]
+                if with_j:
+                    vj1, vj0 = sum(j for j, _ in new), sum(j for j, _ in old)
+                    assert np.abs(vj1 - vj0).max() < 1e-12 and np.abs(vj0).max() > 0.1
+                else:
+                    assert all(j is None for j, _ in new)
+                if with_k:
+                    vk1, vk0 = sum(k for _, k in new), sum(k for _, k in old)
+                    assert np.array_equal(vk1, vk1.T)
+                    assert np.abs(vk1 - vk0).max() < FP32_REL * np.abs(vk0).max() and np.abs(vk0).max() > 0.1
+                else:
+                    assert all(k is None for _, k in new)
+
+
+def test_fp32_copy_is_made_once_per_scf(references):
+    """The fp32 copy is made at the first fp32 build and read by the next ones; a switch to fp64 drops it."""
+    from mp2trn.devices.cpu import _Fp32Copy
+
+    ref = references["water"]
+    dm = ref.make_rdm1()
+    mf = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp32"))
+    first = mf.get_jk(ref.mol, dm)
+    blocks = mf.with_df._blocks
+    assert blocks and all(isinstance(b, _Fp32Copy) for b in blocks)
+    second = mf.get_jk(ref.mol, dm)
+    assert mf.with_df._blocks is blocks and all(np.array_equal(a, b) for a, b in zip(first, second))
+    mf.with_df.schedule.current = mf.with_df.schedule.final
+    vj, vk = mf.get_jk(ref.mol, dm)
+    assert not any(isinstance(b, _Fp32Copy) for b in mf.with_df._blocks)
+    vj0, vk0 = ref.get_jk(ref.mol, dm)
+    assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10

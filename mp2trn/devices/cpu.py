@@ -7,12 +7,14 @@ are formed (one GEMM per row i against rows i..).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 from pyscf import lib
 from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
+from scipy.linalg import lapack as scipy_lapack
 
 from ..threads import one_blas_pool
 from .base import Device, PairDensities
@@ -30,6 +32,9 @@ class CpuDevice(Device):
         # J/K work buffers kept between builds: "z" a group of Z rows; "unpacked" and "cast" a few tensor
         # rows unpacked (fp64) and converted to the build's dtype, rewritten for every few rows
         self._jk_bufs: dict[str, np.ndarray] = {}
+        #: seconds per piece of the J/K builds since :meth:`time_jk_parts` (None: not timed)
+        self.jk_parts: dict[str, float] | None = None
+        self._clock = time.perf_counter
         # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
         # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
         # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
@@ -123,23 +128,49 @@ class CpuDevice(Device):
     jk_packed = True
 
     def jk_copy_itemsize(self, dtype) -> int:
-        return 0   # no device copy: builds read the host tensor (converted or unpacked as they go)
+        # fp32 builds of the packed tensor read an fp32 copy of it (made once per SCF, 4 bytes per packed
+        # element), which the SCF's memory plan counts; fp64 builds and the unpacked layout read the host
+        # tensor as it is
+        return 4 if self.jk_packed and np.dtype(dtype) == np.float32 else 0
 
     def jk_tensor(self, block, dtype):
-        # Unpacked fp64: the host block itself. Reduced precision or packed rows: converted/unpacked at
-        # every build, a few rows at a time into a small reused buffer (_jk_rows), not kept as a
-        # second copy of the tensor: fresh pages are slow to touch on this kind of machine (Inosine/cc-pVDZ:
-        # an fp32 copy of the 1.4 GB tensor 0.7-1.7 s once, against ~7 fp32 builds of 0.28 s converting as
-        # they go; scripts/bench_jk.py --cast)
+        # fp64: the host block itself. fp32, packed: an fp32 copy of the packed rows, made here once per
+        # SCF (Inosine/cc-pVDZ: 0.34 GB beside the 0.68 GB fp64 tensor), which the builds unpack with
+        # LAPACK's ?tpttr and multiply with ssymm (_jk_fp32_copy): converting at every build cost as much
+        # as the half-transform itself (``python scripts/bench_jk.py --parts``). fp32, unpacked layout:
+        # converted a few rows at a time at every build (_jk_rows)
         dtype = np.dtype(dtype)
+        if block.ndim == 2 and dtype == np.float32:
+            t0 = self._clock()
+            copy = np.empty(block.shape, np.float32)
+            np.copyto(copy, block, casting="same_kind")
+            self._tick("fp32 copy (once per SCF)", t0)
+            return _Fp32Copy(block, copy, nao_of_pairs(block.shape[1]))
         if block.ndim == 2:
             return _Cast(block, dtype, nao_of_pairs(block.shape[1]))
         return block if dtype == np.float64 else _Cast(block, dtype, block.shape[1])
 
     def jk_block(self, block, factors, dm, with_j, with_k):
+        if isinstance(block, _Fp32Copy):
+            return self._jk_fp32_copy(block, factors, dm, with_j, with_k)
         if isinstance(block, _Cast):
             return self._jk_rows(block.block, block.dtype, block.nao, factors, dm, with_j, with_k)
         return self._jk_rows(block, np.dtype(np.float64), block.shape[1], factors, dm, with_j, with_k)
+
+    # -- timing the pieces of a build (scripts/bench_jk.py --parts) --------------------------------------
+    def time_jk_parts(self, clock=time.perf_counter) -> dict[str, float]:
+        """Start timing the pieces of the J/K builds with ``clock`` (wall time; ``time.thread_time`` counts
+        the calling thread's CPU time, which with one BLAS thread is the build's, however loaded the
+        machine): returns the dict of seconds per piece that the builds add to from now on (``jk_parts``)."""
+        self.jk_parts, self._clock = {}, clock
+        return self.jk_parts
+
+    def _tick(self, piece: str, t0: float) -> float:
+        """Add the seconds since ``t0`` to ``piece`` when timing; returns now (the next piece's start)."""
+        now = self._clock()
+        if self.jk_parts is not None:
+            self.jk_parts[piece] = self.jk_parts.get(piece, 0.0) + now - t0
+        return now
 
     def _jk_rows(self, src: np.ndarray, dtype: np.dtype, nao: int, factors, dm, with_j: bool, with_k: bool):
         """J/K of one block of fp64 tensor rows ``src``, packed (p, nao(nao+1)/2, μ ≥ ν) or unpacked
@@ -169,40 +200,110 @@ class CpuDevice(Device):
         terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
         vj = np.zeros(flat_src.shape[1]) if with_j else None
         vk = np.zeros((nao, nao)) if with_k else None
-        # ρ_P = B_P·D in fp64 on the rows as stored (packed: off-diagonal pairs count twice)
-        weights = (lib.pack_tril(2 * np.asarray(dm) - np.diag(np.diag(dm))) if packed else np.asarray(dm).ravel()) \
-            if with_j else None
-        if with_j and not terms:   # nothing to unpack: two GEMVs over the block
-            vj += (flat_src @ weights) @ flat_src
-        if terms:
-            rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
-            width = sum(ct.shape[0] for ct, _ in terms)
-            group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * dtype.itemsize))))
-            z_buf = self._jk_buffer("z", group * width * nao, dtype)
-            for g0 in range(0, p, group):
-                g1 = min(p, g0 + group)
-                zs = []
-                for ct, _ in terms:   # one Z (nocc·rows of the group, nao) per factor, side by side
-                    offset = sum(z.size for z in zs)
-                    zs.append(z_buf[offset : offset + ct.shape[0] * (g1 - g0) * nao])
-                rho = np.zeros(g1 - g0)
-                for r0 in range(g0, g1, rows):
-                    r1 = min(g1, r0 + rows)
-                    flat = self._unpacked_rows(src[r0:r1], dtype, nao, rows)
-                    if with_j:   # the rows just read, still in cache
-                        rho[r0 - g0 : r1 - g0] = flat_src[r0:r1] @ weights
-                    for (ct, _), z in zip(terms, zs):
-                        n, m = ct.shape[0], (r1 - r0) * nao
-                        part = z[n * (r0 - g0) * nao : n * (r1 - g0) * nao].reshape(n, m)
-                        np.matmul(ct, flat.reshape(m, nao).T, out=part)   # (B_P C)ᵀ = Cᵀ B_P, B_P symmetric
-                if with_j:
-                    vj += rho @ flat_src[g0:g1]                          # Σ_P ρ_P B_P: one GEMV per group
-                for (ct, sign), z in zip(terms, zs):
-                    zz = z.reshape(-1, nao)
-                    vk += sign * (zz.T @ zz)                             # NumPy calls syrk for a.T @ a
-        if vj is not None:
-            vj = lib.unpack_tril(vj) if packed else vj.reshape(nao, nao)
+        weights = _coulomb_weights(dm, packed) if with_j else None
+        if with_j and not terms:   # nothing to unpack: J alone, one pass over the rows
+            return _unpack_j(self._coulomb(flat_src, weights), packed, nao), None
+        rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
+        width = sum(ct.shape[0] for ct, _ in terms)
+        group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * dtype.itemsize))))
+        z_buf = self._jk_buffer("z", group * width * nao, dtype)
+        for g0 in range(0, p, group):
+            g1 = min(p, g0 + group)
+            zs = []
+            for ct, _ in terms:   # one Z (nocc·rows of the group, nao) per factor, side by side
+                offset = sum(z.size for z in zs)
+                zs.append(z_buf[offset : offset + ct.shape[0] * (g1 - g0) * nao])
+            for r0 in range(g0, g1, rows):
+                r1 = min(g1, r0 + rows)
+                flat = self._unpacked_rows(src[r0:r1], dtype, nao, rows)
+                t0 = self._clock()
+                if with_j:   # both passes of J over the rows just read, still in cache
+                    rho = flat_src[r0:r1] @ weights
+                    t0 = self._tick("J: rho_P = B_P.D", t0)
+                    vj += rho @ flat_src[r0:r1]
+                    t0 = self._tick("J: sum_P rho_P B_P", t0)
+                for (ct, _), z in zip(terms, zs):
+                    n, m = ct.shape[0], (r1 - r0) * nao
+                    part = z[n * (r0 - g0) * nao : n * (r1 - g0) * nao].reshape(n, m)
+                    np.matmul(ct, flat.reshape(m, nao).T, out=part)   # (B_P C)ᵀ = Cᵀ B_P, B_P symmetric
+                self._tick("half-transform Z = C^T B_P", t0)
+            t0 = self._clock()
+            for (ct, sign), z in zip(terms, zs):
+                zz = z.reshape(-1, nao)
+                vk += sign * (zz.T @ zz)                             # NumPy calls syrk for a.T @ a
+            self._tick("syrk K += Z^T Z", t0)
+        return (None if vj is None else _unpack_j(vj, packed, nao)), vk
+
+    def _jk_fp32_copy(self, blk: "_Fp32Copy", factors, dm, with_j: bool, with_k: bool):
+        """J/K of one block in fp32 from its packed fp32 copy: K in fp32, J in fp64 from the fp64 rows.
+
+        Row by row, LAPACK's ``stpttr`` copies the packed row into one triangle of a square (nao, nao) matrix
+        (the row-major lower triangle is the column-major upper one), and ``ssymm`` multiplies it, reading
+        that triangle only, by the occupied factor: Z_P = Cᵀ B_P, (nocc, nao), into the group of Z rows; one
+        ``ssyrk`` per group adds ZᵀZ (upper triangle, fp32) into K in fp64. No unpacking of the whole
+        square and no conversion at build time: single-threaded, one 400-row stretch of Inosine/cc-pVDZ's
+        tensor took 125 ms of CPU against 187 ms unpacking in fp64 and converting (2-core VM, loaded). J
+        as in fp64 builds: ρ_P = B_P·D and Σ_P ρ_P B_P over the fp64 rows, a few rows at a time so that
+        the second pass reads them from cache. Everything runs on SciPy's BLAS pool (one pool at a time,
+        :mod:`mp2trn.threads`).
+        """
+        src, copy, nao = blk.block, blk.copy, blk.nao
+        p = src.shape[0]
+        terms = [(np.asarray(c, dtype=np.float32, order="F"), sign) for c, sign in factors if c.shape[1] and with_k]
+        vj = vk_upper = None
+        with one_blas_pool("scipy"):
+            if with_j:
+                vj = _unpack_j(self._coulomb(src, _coulomb_weights(dm, True), scipy_gemv=True), True, nao)
+            if terms:
+                width = sum(c.shape[1] for c, _ in terms)
+                group = max(1, min(p, int(_SYRK_GROUP_BYTES // (nao * width * 4))))
+                z_buf = self._jk_buffer("z", group * width * nao, np.float32)
+                vk_upper = np.zeros((nao, nao), order="F")
+                for g0 in range(0, p, group):
+                    g1 = min(p, g0 + group)
+                    zs, offset = [], 0
+                    for c, _ in terms:   # Z (rows of the group, nocc, nao) per factor
+                        size = (g1 - g0) * c.shape[1] * nao
+                        zs.append(z_buf[offset : offset + size].reshape(g1 - g0, c.shape[1], nao))
+                        offset += size
+                    for r in range(g0, g1):
+                        t0 = self._clock()
+                        square, info = scipy_lapack.stpttr(nao, copy[r], uplo="U")
+                        t0 = self._tick("unpack (stpttr, fp32)", t0)
+                        for (c, _), z in zip(terms, zs):   # Z_Pᵀ = B_P C: z[r] (nocc, nao) C order = (nao, nocc) F
+                            scipy_blas.ssymm(1.0, square, c, side=0, lower=0, beta=0.0, c=z[r - g0].T, overwrite_c=1)
+                        self._tick("half-transform Z = C^T B_P", t0)
+                    t0 = self._clock()
+                    for (_, sign), z in zip(terms, zs):
+                        if z.size:
+                            vk_upper += sign * scipy_blas.ssyrk(1.0, z.reshape(-1, nao).T, trans=0, lower=0)
+                    self._tick("syrk K += Z^T Z", t0)
+        vk = None
+        if vk_upper is not None:
+            vk = np.triu(vk_upper)
+            vk += np.triu(vk, 1).T
         return vj, vk
+
+    def _coulomb(self, rows: np.ndarray, weights: np.ndarray, scipy_gemv: bool = False) -> np.ndarray:
+        """Σ_P ρ_P B_P with ρ_P = B_P·weights over fp64 ``rows`` (p, n), both passes over a few rows at a time
+        so that the second reads them from cache; NumPy's GEMVs, or SciPy's when ``scipy_gemv`` (the build
+        runs on SciPy's pool). Returns (n,) fp64."""
+        p, n = rows.shape
+        chunk = max(1, int(_UNPACK_CHUNK_BYTES // (8 * n)))
+        vj = np.zeros(n)
+        for r0 in range(0, p, chunk):
+            part = rows[r0 : r0 + chunk]
+            t0 = self._clock()
+            if scipy_gemv:   # part (r, n) C order = (n, r) F order: ρ = partᵀ·w, vj += part·ρ in those terms
+                rho = scipy_blas.dgemv(1.0, part.T, weights, trans=1)
+                t0 = self._tick("J: rho_P = B_P.D", t0)
+                scipy_blas.dgemv(1.0, part.T, rho, beta=1.0, y=vj, overwrite_y=1)
+            else:
+                rho = part @ weights
+                t0 = self._tick("J: rho_P = B_P.D", t0)
+                vj += rho @ part
+            self._tick("J: sum_P rho_P B_P", t0)
+        return vj
 
     def _unpacked_rows(self, rows: np.ndarray, dtype: np.dtype, nao: int, capacity: int) -> np.ndarray:
         """Tensor rows (r, nao, nao) in ``dtype``, flat (r, nao²): the rows themselves when they are unpacked
@@ -212,14 +313,17 @@ class CpuDevice(Device):
         if rows.ndim == 3 and dtype == np.float64:
             return rows.reshape(r, nao * nao)
         stage = rows
+        t0 = self._clock()
         if rows.ndim == 2:   # PySCF unpacks fp64: unpack there, then convert in cache
             stage = self._jk_buffer("unpacked", capacity * nao * nao, np.float64)[: r * nao * nao].reshape(r, nao, nao)
             with lib.with_omp_threads(1):
                 lib.unpack_tril(rows, out=stage)
+            t0 = self._tick("unpack (PySCF, fp64)", t0)
         if dtype != np.float64:
             cast = self._jk_buffer("cast", capacity * nao * nao, dtype)[: r * nao * nao].reshape(r, nao, nao)
             np.copyto(cast, stage, casting="same_kind")
             stage = cast
+            self._tick("convert to fp32", t0)
         return stage.reshape(r, nao * nao)
 
     def _jk_buffer(self, name: str, size: int, dtype) -> np.ndarray:
@@ -267,6 +371,27 @@ def nao_of_pairs(npair: int) -> int:
     if n * (n + 1) // 2 != npair:
         raise ValueError(f"{npair} is not a triangular number of pairs")
     return n
+
+
+def _coulomb_weights(dm: np.ndarray, packed: bool) -> np.ndarray:
+    """D over the rows as stored: packed, the lower triangle with off-diagonal pairs counted twice
+    (ρ_P = B_P·D then reads each pair once); unpacked, D flat."""
+    dm = np.asarray(dm)
+    return lib.pack_tril(2 * dm - np.diag(np.diag(dm))) if packed else dm.ravel()
+
+
+def _unpack_j(vj: np.ndarray, packed: bool, nao: int) -> np.ndarray:
+    """J (nao, nao) from its rows-as-stored form."""
+    return lib.unpack_tril(vj) if packed else vj.reshape(nao, nao)
+
+
+class _Fp32Copy:
+    """A packed host tensor block (p, nao(nao+1)/2) fp64 (J reads it) with its fp32 copy (K reads it)."""
+
+    __slots__ = ("block", "copy", "nao")
+
+    def __init__(self, block: np.ndarray, copy: np.ndarray, nao: int):
+        self.block, self.copy, self.nao = block, copy, nao
 
 
 def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os_row: np.ndarray, x_row) -> None:
