@@ -215,7 +215,21 @@ def what_ran_table(result: MP2Result) -> Table:
                       f"({strips} strip{'' if strips == 1 else 's'}), Z-vector {iterations} "
                       f"iteration{'' if iterations == 1 else 's'} with "
                       f"{w.get('gradient_jk')}, derivative integrals {w.get('derivative_integrals')}")
+        if w.get("gradient_memory"):
+            table.add_row("gradient memory", gradient_memory_summary(w["gradient_memory"]))
     return table
+
+
+def gradient_memory_summary(memory: dict) -> str:
+    """'B and Γ̄ in memory; sweep: ...; response: ...; (P|iμ) in memory; planned peak 412 MB' (what-ran's
+    gradient_memory, shortened)."""
+    def where(text: str) -> str:
+        return "in memory" if text == "in memory" else "streamed (HDF5)"
+
+    peak = max(memory.get("planned_peak_mb", {}).values(), default=0.0)
+    return (f"B and Γ̄ {where(memory['B'])}; sweep: {memory['pair_sweep']}; response's JK-fit MO blocks "
+            f"{'in memory' if memory['response_jkfit_mo_blocks'].startswith('in memory') else 'not made (J/K builds)'}; "
+            f"JK-fit (P|iμ) {where(memory['jkfit_half_transformed'])}; planned peak {peak:.0f} MB")
 
 
 def ranks_summary(parallel: dict) -> str:
