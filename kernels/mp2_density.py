@@ -48,17 +48,9 @@ Pseudocode (σ = c_d·T/D' = −c_d·τ with D' = −D > 0; r = c_x/c_d)
     store p_occ·(α/c_d)², pva/c_d, pvk/c_d
 
 p_occ without storing two amplitude sets
-    With σ = S + A (symmetric + antisymmetric in a↔b), t̃ = c_d σ − c_x σᵀ = (c_d − c_x) S + (c_d + c_x) A, and
-    ⟨S, A'⟩ = 0, so ⟨σ_i, t̃_i'⟩ = ⟨u_i, u_i'⟩ with u = √(c_d − c_x) S + √(c_d + c_x) A = α σ + β σᵀ: p_occ is
-    the Gram matrix of ONE set of vectors u_i (nva·nvb long), a matmul per column b with the a tile on the
-    partitions and i on the free axis (M = N = i block). It couples every i at one k, so all u_i must be on
-    chip together:
-    * resident plan (everything fits, ni ≤ 128): the main pass keeps u_i for all i (at·ni·nvb·4 B per
-      partition) and the Gram follows each k — no extra work.
-    * stream plan: a second pass per k over tile pairs (X ≤ Y) of the virtual square: for every i, T_i[X, Y]
-      and T_i[Y, X] again (one more T of work), u blocks for all i of an i block (≤ 128, sized by SBUF;
-      several blocks: every pair of blocks, each block recomputed per pair), Gram of the blocks; p_occ is
-      symmetric, so blocks I < J are mirrored at the end (TensorE transposes).
+    p_occ is the Gram matrix of ONE set of vectors u_i = α σ_i + β σ_iᵀ (:func:`u_coefficients`), resident
+    beside the main pass when every i fits SBUF, else recomputed in a second streamed pass per k
+    (kernels/mp2_density_pocc.py derives it and holds both plans).
 
 Tiling and dataflow
     * Per k, B_k[:, k] (all Q tiles × nvb, one access-pattern DMA) and the broadcast row ε_b − e_k stay
@@ -70,8 +62,6 @@ Tiling and dataflow
       accumulates over the a tiles in PSUM, and VectorE subtracts it from the SBUF gamma accumulator of the
       k (gacc = −Σ B t̃(σ) = Σ B t̃). p_vir_k, p_vir_all: matmuls with b resp. a on the PSUM partitions,
       accumulated over a resp. b tiles, then added into SBUF accumulators (fp32; per-launch sums).
-    * The stream pass loads B_i's X (and Y) columns for ``i_group`` orbitals at once (one 4-level
-      access-pattern DMA per plane of Q tiles: fewer, larger transfers, each with its fixed cost).
     * B_k, the gamma accumulator and (``b_buffers`` = 1, large naux·nva) B_i are single buffers refilled per k
       (per i); every per-(i, k) tile belongs to one helper call and dies with it.
     * Every PSUM tile is one bank ([≤128, ≤512] fp32) and short-lived; at most a handful are live.
@@ -82,8 +72,15 @@ Limits
     180 KB per partition), naux = 2000 with nv = 700 does not (strict mode: KernelConstraintError naming the
     SBUF capacity). fp32 only: the compensated fp32x3 planes are not implemented for this kernel.
 
+Files
+    this one: the plan, the launch's constants and accumulators, the loop over k and i, the stores and the
+    NumPy reference; kernels/mp2_density_pair.py: the main pass of one (i, k) pair (σ, σᵀ, t̃, gamma, P_ab);
+    kernels/mp2_density_pocc.py: p_occ (resident Gram, stream pass, mirror); kernels/tiles.py: the K-tile
+    loads and buffers shared with the other kernels.
+
 NumPy reference: :func:`mp2_density_reference`. Tests: tests/test_kernel_mp2_density.py.
 """
+
 
 from __future__ import annotations
 
@@ -93,7 +90,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._nki import nki, nisa, nl
-from .tiles import FP32, NFMAX, PMAX, broadcast_row, load_ktiles, sbuf_budget, store_rows, tiles
+from .mp2_density_pair import pair_step
+from .mp2_density_pocc import mirror_pocc, pocc_resident, pocc_stream
+from .tiles import (FP32, NFMAX, PMAX, broadcast_row, full_ktiles, ktile_buffer, refill_ktiles, sbuf_budget,
+                    store_rows, tiles)
 
 __all__ = ["mp2_density", "mp2_density_reference", "density_plan", "u_coefficients"]
 
@@ -179,292 +179,21 @@ class KColumn(nl.NKIObject):
     gacc: list
 
 
-def _nfull(ktiles):
-    """How many of the K tiles are full 128-row tiles (all but possibly the last)."""
-    n = 0
-    for _, ksz in ktiles:
-        if ksz == PMAX:
-            n += 1
-    return n
-
-
-def _ktile_buffer(ktiles, ncol, name):
-    """SBUF buffers for ``ncol`` columns of every K tile (one [128, nfull, ncol] tile for the full tiles, one
-    for a short last tile), allocated once and refilled by :func:`_refill`. Returns (full, tail, views)."""
-    nfull = _nfull(ktiles)
-    full = nl.ndarray((PMAX, max(nfull, 1), ncol), dtype=nl.float32, buffer=nl.sbuf, name=name)
-    tail = None
-    if nfull < len(ktiles):
-        tail = nl.ndarray((ktiles[-1][1], ncol), dtype=nl.float32, buffer=nl.sbuf, name=name + "_tail")
-    views = [full[:, q, :] for q in range(nfull)] + ([tail] if nfull < len(ktiles) else [])
-    return full, tail, views
-
-
-def _refill(full, tail, src, ktiles, c0, csz):
-    """src[:, c0:c0+csz] (HBM (K, ·)) into the buffers of :func:`_ktile_buffer`: all full K tiles in one
-    access-pattern DMA, a short last tile in one more."""
-    ncols = src.shape[1]
-    nfull = _nfull(ktiles)
-    if nfull:
-        nisa.dma_copy(dst=full, src=src.ap([[ncols, PMAX], [PMAX * ncols, nfull], [1, csz]], offset=c0))
-    if nfull < len(ktiles):
-        q0, qsz = ktiles[-1]
-        nisa.dma_copy(dst=tail, src=src[q0:q0 + qsz, c0:c0 + csz])
-
-
-def _recip(st, erow, bias_col, rows, c0, csz):
-    """R = c_d / D' for ``rows`` a's (bias column (ε_a − e_i)/c_d) and b columns c0:c0+csz: D'/c_d on ScalarE
-    (activation with a per-partition bias), 1/x = rsqrt(x)² on GpSimd (fp32 exact enough, no VectorE time)."""
-    dn = nl.ndarray((rows, csz), dtype=nl.float32, buffer=nl.sbuf, name="denom")
-    nisa.activation(dst=dn, op=nl.copy, data=erow[0:rows, c0:c0 + csz], bias=bias_col, scale=st.inv_cd)
-    y = nl.ndarray((rows, csz), dtype=nl.float32, buffer=nl.sbuf, name="rsqrt")
-    nisa.tensor_scalar(dst=y, data=dn, op0=nl.rsqrt, operand0=0.0, engine=nisa.gpsimd_engine)
-    r = nl.ndarray((rows, csz), dtype=nl.float32, buffer=nl.sbuf, name="recip")
-    nisa.tensor_tensor(dst=r, data1=y, data2=y, op=nl.multiply, engine=nisa.gpsimd_engine)
-    return r
-
-
-def _sigma(st, kc, bi, i, il):
-    """σ_i = c_d T_i / D' per a tile ([asz, nvb] SBUF); resident without exchange also u_i = σ_i into the
-    store (GpSimd copy)."""
-    sig = []
-    for at, (a0, asz) in enumerate(st.atiles):
-        s = nl.ndarray((asz, st.nvb), dtype=nl.float32, buffer=nl.sbuf, name="sigma")
-        for c0, csz in tiles(st.nvb, NFMAX):
-            t = nl.ndarray((asz, csz), dtype=nl.float32, buffer=nl.psum, name="t_ps")
-            for q in range(len(st.ktiles)):
-                nisa.nc_matmul(dst=t, stationary=bi[q][:, a0:a0 + asz], moving=kc.bk[q][:, c0:c0 + csz])
-            r = _recip(st, kc.erow, st.bias[at][:, i:i + 1], asz, c0, csz)
-            nisa.tensor_tensor(dst=s[:, c0:c0 + csz], data1=t, data2=r, op=nl.multiply)     # T in PSUM
-        if st.resident and not st.exchange:                      # u = σ without exchange (GpSimd is idle)
-            nisa.tensor_copy(dst=st.u[at][:, :, il], src=s, engine=nisa.gpsimd_engine)
-        sig.append(s)
-    return sig
-
-
-def _transposed(st, sig, il):
-    """σᵀ per b tile ([bsz, nva] SBUF, TensorE transposes of the σ blocks); with exchange also t̃ = σ − r σᵀ
-    (per a tile), t̃ᵀ = σᵀ − r σ (per b tile) and, resident, u_i = σ + q σᵀ into the store.
-    Returns (σᵀ, t̃, t̃ᵀ); without exchange t̃ is σ and t̃ᵀ is σᵀ."""
-    sigt, tt, ttt = [], [], []
-    for bt, (b0, bsz) in enumerate(st.btiles):
-        s_t = nl.ndarray((bsz, st.nva), dtype=nl.float32, buffer=nl.sbuf, name="sigma_t")
-        if st.exchange:
-            x_t = nl.ndarray((bsz, st.nvb), dtype=nl.float32, buffer=nl.sbuf, name="ttilde")
-            x_tt = nl.ndarray((bsz, st.nva), dtype=nl.float32, buffer=nl.sbuf, name="ttilde_t")
-        for c0, csz in tiles(st.nva, NFMAX):
-            tp = nl.ndarray((bsz, csz), dtype=nl.float32, buffer=nl.psum, name="sigt_ps")
-            for at, (a0, asz) in enumerate(st.atiles):
-                if a0 >= c0 and a0 < c0 + csz:
-                    nisa.nc_transpose(dst=tp[:, a0 - c0:a0 - c0 + asz], data=sig[at][:, b0:b0 + bsz])
-            nisa.activation(dst=s_t[:, c0:c0 + csz], op=nl.copy, data=tp)
-            if st.exchange:
-                # tiles of a and b coincide (nva == nvb): row tile bt of σ is sig[bt]
-                own = sig[bt][:, c0:c0 + csz]
-                nisa.scalar_tensor_tensor(dst=x_t[:, c0:c0 + csz], data=tp, op0=nl.multiply, operand0=-st.r,
-                                          op1=nl.add, operand1=own)
-                nisa.scalar_tensor_tensor(dst=x_tt[:, c0:c0 + csz], data=own, op0=nl.multiply, operand0=-st.r,
-                                          op1=nl.add, operand1=tp)
-                if st.resident:
-                    nisa.scalar_tensor_tensor(dst=st.u[bt][:, c0:c0 + csz, il], data=tp, op0=nl.multiply,
-                                              operand0=st.q, op1=nl.add, operand1=own)
-        sigt.append(s_t)
-        if st.exchange:
-            tt.append(x_t)
-            ttt.append(x_tt)
-    if not st.exchange:
-        return sigt, sig, sigt
-    return sigt, tt, ttt
-
-
-def _gamma(st, kc, bi, tt):
-    """gacc[Q, b] −= Σ_a B_iᵀ[a, Q] t̃[a, b]: B_iᵀ for ≤ 512 Q at a time by TensorE transposes of the
-    resident B_i (ScalarE evicts), then per Q tile one PSUM accumulation over the a tiles."""
-    kt = st.ktiles
-    per = NFMAX // PMAX
-    for g0 in range(0, len(kt), per):
-        group = kt[g0:g0 + per]
-        q_lo = group[0][0]
-        width = group[-1][0] + group[-1][1] - q_lo
-        bts = []
-        for at, (a0, asz) in enumerate(st.atiles):
-            tp = nl.ndarray((asz, width), dtype=nl.float32, buffer=nl.psum, name="bt_ps")
-            for gq, (q0, qsz) in enumerate(group):
-                nisa.nc_transpose(dst=tp[:, q0 - q_lo:q0 - q_lo + qsz], data=bi[g0 + gq][:, a0:a0 + asz])
-            b_t = nl.ndarray((asz, width), dtype=nl.float32, buffer=nl.sbuf, name="b_i_t")
-            nisa.activation(dst=b_t, op=nl.copy, data=tp)
-            bts.append(b_t)
-        for gq, (q0, qsz) in enumerate(group):
-            for c0, csz in tiles(st.nvb, NFMAX):
-                g = nl.ndarray((qsz, csz), dtype=nl.float32, buffer=nl.psum, name="gamma_ps")
-                for at in range(len(st.atiles)):
-                    nisa.nc_matmul(dst=g, stationary=bts[at][:, q0 - q_lo:q0 - q_lo + qsz],
-                                   moving=tt[at][:, c0:c0 + csz])
-                acc = kc.gacc[g0 + gq][:, c0:c0 + csz]
-                nisa.tensor_tensor(dst=acc, data1=acc, data2=g, op=nl.subtract)
-
-
-def _vir_densities(st, sig, sigt, tt, ttt):
-    """pvk[b, b'] += Σ_a σ[a, b] t̃[a, b'] (vir_k) and pva[a, a'] += Σ_b σᵀ[b, a] t̃ᵀ[b, a'] (PSUM over the
-    contraction tiles, then VectorE into the SBUF accumulators)."""
-    if st.vir_k:
-        _gram_accumulate(st.pvk, st.btiles, st.nvb, len(st.atiles), sig, tt, "pvk_ps")
-    _gram_accumulate(st.pva, st.atiles, st.nva, len(st.btiles), sigt, ttt, "pva_ps")
-
-
-def _gram_accumulate(acc_tiles, row_tiles, ncol, ncontract, left, right, name):
-    """acc[r][:, c] += Σ_t left[t][:, rows r]ᵀ right[t][:, c]: one PSUM bank per (row tile, column chunk),
-    accumulated over the ``ncontract`` partition tiles, added into the SBUF accumulator."""
-    for rt, (r0, rsz) in enumerate(row_tiles):
-        for c0, csz in tiles(ncol, NFMAX):
-            p = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.psum, name=name)
-            for t in range(ncontract):
-                nisa.nc_matmul(dst=p, stationary=left[t][:, r0:r0 + rsz], moving=right[t][:, c0:c0 + csz])
-            acc = acc_tiles[rt][:, c0:c0 + csz]
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)
-
-
-def _gram(pg, u, rows, cols, ncol):
-    """pg[I, J] += Σ_x Σ_y u[x, y, I] u[x, y, J] over the ncol columns y (one matmul per column: the
-    contraction x on the partitions, the occupied orbitals on the free axis, contiguous)."""
-    r0, rsz = rows
-    c0, csz = cols
-    for y in range(ncol):
-        nisa.nc_matmul(dst=pg, stationary=u[:, y, r0:r0 + rsz], moving=u[:, y, c0:c0 + csz])
-
-
-def _add_pocc(st, pg, bi_, bj_):
-    """pocc[block I][:, J columns] += pg (VectorE)."""
-    j0, jsz = st.iblocks[bj_]
-    acc = st.pocc[bi_][:, j0:j0 + jsz]
-    nisa.tensor_tensor(dst=acc, data1=acc, data2=pg, op=nl.add)
-
-
-def _sigma_block(st, kc, bx, i, x0, xsz, y0, ysz, dst):
-    """dst[x, y] = σ_i[x0 + x, y0 + y] for one [X, Y] block (bx: B_i's X columns per Q tile)."""
-    t = nl.ndarray((xsz, ysz), dtype=nl.float32, buffer=nl.psum, name="tb_ps")
-    for q in range(len(st.ktiles)):
-        nisa.nc_matmul(dst=t, stationary=bx[q], moving=kc.bk[q][:, y0:y0 + ysz])
-    r = _recip(st, kc.erow, st.bias[x0 // PMAX][:, i:i + 1], xsz, y0, ysz)
-    nisa.tensor_tensor(dst=dst, data1=t, data2=r, op=nl.multiply)
-
-
-def _load_group(src, ktiles, c0, csz, stride, count, name):
-    """Columns c0 + m·stride + (0 .. csz) of ``src`` (K, ·) for m < count: per K tile a [ksz, count, csz] SBUF
-    view; all full 128-row tiles arrive in ONE dma_copy (4-level access pattern), a short last tile in one
-    more (the counterpart of :func:`kernels.tiles.load_ktiles` for several column runs)."""
-    ncols = src.shape[1]
-    full = [t for t in ktiles if t[1] == PMAX]
-    out = []
-    if full:
-        big = nl.ndarray((PMAX, len(full), count, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
-        nisa.dma_copy(dst=big, src=src.ap([[ncols, PMAX], [PMAX * ncols, len(full)], [stride, count], [1, csz]],
-                                          offset=full[0][0] * ncols + c0))
-        out = [big[:, q, :, :] for q in range(len(full))]
-    for k0, ksz in ktiles[len(full):]:
-        t = nl.ndarray((ksz, count, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
-        nisa.dma_copy(dst=t, src=src.ap([[ncols, ksz], [stride, count], [1, csz]], offset=k0 * ncols + c0))
-        out.append(t)
-    return out
-
-
-def _pocc_pair(st, kc, b_all, xt, yt, bi_, bj_):
-    """Stream plan: the u blocks [X, Y] (and [Y, X]) of every i in i blocks bi_ ∪ bj_, and their Gram
-    into pocc[bi_][:, bj_ columns]."""
-    x0, xsz = xt
-    y0, ysz = yt
-    mirror = st.exchange and x0 != y0
-    members = [st.iblocks[bi_]] if bi_ == bj_ else [st.iblocks[bi_], st.iblocks[bj_]]
-    n = 0
-    for _, isz in members:
-        n += isz
-    uxy = nl.ndarray((xsz, ysz, n), dtype=nl.float32, buffer=nl.sbuf, name="u_xy")
-    uyx = nl.ndarray((ysz, xsz, n), dtype=nl.float32, buffer=nl.sbuf, name="u_yx") if mirror else None
-    m = 0
-    for i0, isz in members:
-        for g0 in range(i0, i0 + isz, st.i_group):
-            gsz = min(st.i_group, i0 + isz - g0)
-            bxg = _load_group(b_all, st.ktiles, g0 * st.nva + x0, xsz, st.nva, gsz, "b_x")
-            byg = _load_group(b_all, st.ktiles, g0 * st.nva + y0, ysz, st.nva, gsz, "b_y") if mirror else None
-            for gl in range(gsz):
-                i = g0 + gl
-                bx = [v[:, gl, :] for v in bxg]
-                if not st.exchange:
-                    _sigma_block(st, kc, bx, i, x0, xsz, y0, ysz, uxy[:, :, m])   # u = σ
-                    m += 1
-                    continue
-                sxy = nl.ndarray((xsz, ysz), dtype=nl.float32, buffer=nl.sbuf, name="s_xy")
-                _sigma_block(st, kc, bx, i, x0, xsz, y0, ysz, sxy)
-                syx = sxy
-                if mirror:
-                    syx = nl.ndarray((ysz, xsz), dtype=nl.float32, buffer=nl.sbuf, name="s_yx")
-                    _sigma_block(st, kc, [v[:, gl, :] for v in byg], i, y0, ysz, x0, xsz, syx)
-                tp = nl.ndarray((xsz, ysz), dtype=nl.float32, buffer=nl.psum, name="syx_t")
-                nisa.nc_transpose(dst=tp, data=syx)                                   # σ[Y, X]ᵀ
-                nisa.scalar_tensor_tensor(dst=uxy[:, :, m], data=tp, op0=nl.multiply, operand0=st.q,
-                                          op1=nl.add, operand1=sxy)
-                if mirror:
-                    tq = nl.ndarray((ysz, xsz), dtype=nl.float32, buffer=nl.psum, name="sxy_t")
-                    nisa.nc_transpose(dst=tq, data=sxy)
-                    nisa.scalar_tensor_tensor(dst=uyx[:, :, m], data=tq, op0=nl.multiply, operand0=st.q,
-                                              op1=nl.add, operand1=syx)
-                m += 1
-    isz_i = st.iblocks[bi_][1]
-    isz_j = st.iblocks[bj_][1]
-    rows = (0, isz_i)
-    cols = (0, isz_i) if bi_ == bj_ else (isz_i, isz_j)
-    pg = nl.ndarray((isz_i, isz_j), dtype=nl.float32, buffer=nl.psum, name="pocc_ps")
-    _gram(pg, uxy, rows, cols, ysz)
-    if mirror:
-        _gram(pg, uyx, rows, cols, xsz)
-    _add_pocc(st, pg, bi_, bj_)
-
-
-def _vtile_pairs(st):
-    """The blocks of the stream pass: tile pairs (X ≤ Y) of the square virtual space with exchange (a
-    block and its mirror together), else every [a tile, b tile] block on its own."""
-    if st.exchange:
-        out = []
-        for x, xt in enumerate(st.atiles):
-            for yt in st.atiles[x:]:
-                out.append((xt, yt))
-        return out
-    return [(xt, yt) for xt in st.atiles for yt in st.btiles]
-
-
-def _pair(st, kc, b_all, i, bi):
-    """Everything of the (i, k) pair: σ, σᵀ (t̃, t̃ᵀ, u), gamma, p_vir. Its tiles are this helper's and die
-    with it (B_i: loaded here, or the refilled single buffer ``bi``)."""
-    if st.b_buffers != 1:
-        bi = load_ktiles(b_all, st.ktiles, i * st.nva, st.nva, nl.float32, "b_i")
-    sig = _sigma(st, kc, bi, i, i)
-    sigt, tt, ttt = _transposed(st, sig, i)
-    _gamma(st, kc, bi, tt)
-    _vir_densities(st, sig, sigt, tt, ttt)
-
-
 def _column(st, b_all, kc):
     """Everything of one k: the main pass over i, then p_occ (resident Gram or the stream pass)."""
     one = None
     if st.b_buffers == 1:
-        one = _ktile_buffer(st.ktiles, st.nva, "b_i")
+        one = ktile_buffer(st.ktiles, st.nva, "b_i")
     for i in range(st.ni):
         bi = None
         if st.b_buffers == 1:
-            _refill(one[0], one[1], b_all, st.ktiles, i * st.nva, st.nva)
+            refill_ktiles(one[0], one[1], b_all, st.ktiles, i * st.nva, st.nva)
             bi = one[2]
-        _pair(st, kc, b_all, i, bi)
+        pair_step(st, kc, b_all, i, bi)
     if st.resident:
-        pg = nl.ndarray((st.ni, st.ni), dtype=nl.float32, buffer=nl.psum, name="pocc_ps")
-        for at, (a0, asz) in enumerate(st.atiles):
-            _gram(pg, st.u[at], (0, st.ni), (0, st.ni), st.nvb)
-        _add_pocc(st, pg, 0, 0)
-        return
-    nb = len(st.iblocks)
-    for xt, yt in _vtile_pairs(st):
-        for bi_ in range(nb):
-            for bj_ in range(bi_, nb):
-                _pocc_pair(st, kc, b_all, xt, yt, bi_, bj_)
+        pocc_resident(st)
+    else:
+        pocc_stream(st, kc, b_all)
 
 
 def _zeroed(shape, name):
@@ -524,13 +253,13 @@ def _body(b_all, b_k, ev_a, neg_e_i, evb_minus_ek, c_direct, c_exch, vir_k, resi
 
     # per-k buffers, allocated once and refilled for every k (one wait per k at the refill; a second copy
     # of each would cost the stream pass its B loads)
-    bk_full, bk_tail, bk = _ktile_buffer(ktiles, nvb, "b_k")
-    nfull = _nfull(ktiles)
+    bk_full, bk_tail, bk = ktile_buffer(ktiles, nvb, "b_k")
+    nfull = full_ktiles(ktiles)
     erow = nl.ndarray((PMAX, nvb), dtype=nl.float32, buffer=nl.sbuf, name="evb_ek")
     gacc_t = nl.ndarray((PMAX, len(ktiles), nvb), dtype=nl.float32, buffer=nl.sbuf, name="gamma_acc")
     gacc = [gacc_t[0:qsz, q, :] for q, (_, qsz) in enumerate(ktiles)]
     for k in range(nk):
-        _refill(bk_full, bk_tail, b_k, ktiles, k * nvb, nvb)
+        refill_ktiles(bk_full, bk_tail, b_k, ktiles, k * nvb, nvb)
         broadcast_row(erow, evb_minus_ek, k * nvb, nvb, None, True)
         nisa.memset(dst=gacc_t, value=0.0)
         _column(st, b_all, KColumn(bk, erow, gacc))
@@ -541,13 +270,7 @@ def _body(b_all, b_k, ev_a, neg_e_i, evb_minus_ek, c_direct, c_exch, vir_k, resi
             q0, qsz = ktiles[q]
             nisa.dma_copy(dst=gamma[q0:q0 + qsz, k * nvb:(k + 1) * nvb], src=gacc[q])
 
-    # p_occ is symmetric: the blocks I < J of the stream plan give the blocks J > I (TensorE transposes)
-    for bi_, (i0, isz) in enumerate(iblocks):
-        for bj_ in range(bi_ + 1, len(iblocks)):
-            j0, jsz = iblocks[bj_]
-            tp = nl.ndarray((jsz, isz), dtype=nl.float32, buffer=nl.psum, name="pocc_t")
-            nisa.nc_transpose(dst=tp, data=pocc[bi_][:, j0:j0 + jsz])
-            nisa.tensor_copy(dst=pocc[bj_][:, i0:i0 + isz], src=tp)
+    mirror_pocc(pocc, iblocks)   # blocks J > I of the stream plan from blocks I < J
     # u = (α/c_d)(σ + q σᵀ) with σ = c_d T/D'; p_vir sums of σ·t̃(σ) carry one c_d too much
     _store_scaled(out_pocc, pocc, iblocks, (alpha / c_direct) ** 2)
     _store_scaled(out_pva, pva, atiles, 1.0 / c_direct)

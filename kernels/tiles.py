@@ -7,6 +7,8 @@ Dimensions
 
 Helpers (engine)
     load_rows / load_ktiles / load_operand_tiles   HBM → SBUF (DMA; GpSimd widens hi planes to fp32)
+    ktile_buffer / refill_ktiles                    K-tile buffers allocated once, refilled per use (DMA)
+    load_column_runs                                several column runs of every K tile in one DMA
     store_rows                                      SBUF → HBM (DMA, one access pattern per panel)
     matmul_planes                                   Σ_k stationaryᵀ·moving into PSUM (TensorE)
     evict                                           PSUM → SBUF (VectorE) → HBM (DMA)
@@ -30,7 +32,8 @@ MAGIC = 1.5 * 2.0 ** 23          # fl(fl(x + MAGIC·g) − MAGIC·g) rounds x to
 EXP_MASK = 0x7F800000           # fp32 exponent bits: (bits & mask) reinterpreted = 2^floor(log2 |x|)
 
 __all__ = ["broadcast_row", "PMAX", "MFMAX", "NFMAX", "FP32", "MAGIC", "EXP_MASK", "tiles", "sbuf_budget", "load_rows", "load_ktiles",
-           "load_operand_tiles", "store_rows", "matmul_planes", "evict", "plan_panels", "column_views"]
+           "load_operand_tiles", "store_rows", "matmul_planes", "evict", "plan_panels", "column_views",
+           "full_ktiles", "ktile_buffer", "refill_ktiles", "load_column_runs"]
 
 
 def tiles(n, size):
@@ -67,6 +70,59 @@ def load_ktiles(src, ktiles, c0, csz, dtype, name=""):
         out = [big[:, i, :] for i in range(len(full))]
     for k0, ksz in ktiles[len(full):]:
         out.append(load_rows(src, k0, ksz, c0, csz, dtype, name))
+    return out
+
+
+def full_ktiles(ktiles):
+    """How many of the K tiles are full 128-row tiles (all but possibly the last)."""
+    n = 0
+    for _, ksz in ktiles:
+        if ksz == PMAX:
+            n += 1
+    return n
+
+
+def ktile_buffer(ktiles, ncol, name):
+    """SBUF buffers for ``ncol`` fp32 columns of every K tile (one [128, nfull, ncol] tile for the full tiles,
+    one for a short last tile), allocated once and refilled by :func:`refill_ktiles` — the counterpart of
+    :func:`load_ktiles` for data that changes inside a launch. Returns (full, tail, views per K tile)."""
+    nfull = full_ktiles(ktiles)
+    full = nl.ndarray((PMAX, max(nfull, 1), ncol), dtype=nl.float32, buffer=nl.sbuf, name=name)
+    tail = None
+    if nfull < len(ktiles):
+        tail = nl.ndarray((ktiles[-1][1], ncol), dtype=nl.float32, buffer=nl.sbuf, name=name + "_tail")
+    views = [full[:, q, :] for q in range(nfull)] + ([tail] if nfull < len(ktiles) else [])
+    return full, tail, views
+
+
+def refill_ktiles(full, tail, src, ktiles, c0, csz):
+    """src[:, c0:c0+csz] (HBM (K, ·)) into the buffers of :func:`ktile_buffer`: all full K tiles in one
+    access-pattern DMA, a short last tile in one more."""
+    ncols = src.shape[1]
+    nfull = full_ktiles(ktiles)
+    if nfull:
+        nisa.dma_copy(dst=full, src=src.ap([[ncols, PMAX], [PMAX * ncols, nfull], [1, csz]], offset=c0))
+    if nfull < len(ktiles):
+        q0, qsz = ktiles[-1]
+        nisa.dma_copy(dst=tail, src=src[q0:q0 + qsz, c0:c0 + csz])
+
+
+def load_column_runs(src, ktiles, c0, csz, stride, count, name):
+    """Columns c0 + m·stride + (0 .. csz) of ``src`` (K, ·) for m < count: per K tile a [ksz, count, csz] SBUF
+    view; all full 128-row tiles arrive in ONE dma_copy (4-level access pattern), a short last tile in one
+    more (the counterpart of :func:`load_ktiles` for several column runs)."""
+    ncols = src.shape[1]
+    full = [t for t in ktiles if t[1] == PMAX]
+    out = []
+    if full:
+        big = nl.ndarray((PMAX, len(full), count, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
+        nisa.dma_copy(dst=big, src=src.ap([[ncols, PMAX], [PMAX * ncols, len(full)], [stride, count], [1, csz]],
+                                          offset=full[0][0] * ncols + c0))
+        out = [big[:, q, :, :] for q in range(len(full))]
+    for k0, ksz in ktiles[len(full):]:
+        t = nl.ndarray((ksz, count, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
+        nisa.dma_copy(dst=t, src=src.ap([[ncols, ksz], [stride, count], [1, csz]], offset=k0 * ncols + c0))
+        out.append(t)
     return out
 
 
