@@ -189,6 +189,21 @@ def test_gradient_budget_too_small_is_refused_before_the_scf(monkeypatch):
         mp2trn.run("molecules/benzene.xyz", basis="cc-pvdz", max_memory=15)
 
 
+def test_optimize_with_a_budget_too_small_is_refused_before_the_scf(monkeypatch, tmp_path):
+    """optimize runs the gradient at every step: the same refusal, before the first step's SCF."""
+    import mp2trn.pipeline as pipeline
+    from mp2trn.geomopt import optimize
+    from mp2trn.options import RunOptions
+
+    monkeypatch.setattr(pipeline, "run_scf", lambda *a, **k: pytest.fail("the SCF started"))
+    from mp2trn.pipeline import open_device
+
+    options = RunOptions(basis="cc-pvdz", gradient=True, max_memory=15)
+    with open_device(options) as device, \
+            pytest.raises(ResourceError, match=r"smallest budget this gradient fits is \d+ MB"):
+        optimize("molecules/benzene.xyz", options, device, trajectory=tmp_path / "opt.xyz")
+
+
 _GRADIENT_PEAK_CHILD = """
 import json, sys
 from mp2trn.memory import peak_rss_mb
