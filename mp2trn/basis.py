@@ -585,8 +585,12 @@ def _bse_partner(orbital_name: str, role: str) -> str | None:
 
 
 def zeta_level(orbital_name: str) -> int:
-    """2, 3 or 4 for a double-, triple- or quadruple-zeta basis name (rule 3's RI set); 2 when unknown."""
+    """2, 3 or 4 for a double-, triple- or quadruple-zeta basis name (rule 3's RI set); 2 when unknown.
+    Jensen's pc-n / pcseg-n (and aug-, pcJ-, pcS-, pcX-, pcH- variants) are (n+1)-zeta, capped at 4."""
     name = orbital_name.lower()
+    jensen = re.search(r"(?:^|-)pc(?:seg|sseg|j|s|x|h)?-(\d)\b", name)
+    if jensen:   # Jensen's polarisation-consistent pc(seg)-n sets are (n+1)-zeta
+        return min(max(int(jensen.group(1)) + 1, 2), 4)
     if re.search(r"(q|5|6)z|qzv", name):
         return 4
     if re.search(r"tz|tzv|6-311|triple", name):

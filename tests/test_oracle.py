@@ -92,12 +92,7 @@ def test_oracle_and_mp2trn_pick_the_written_out_ri_basis(path, basis, expected):
     assert {symbol: eb.name.lower() for symbol, eb in chosen.per_element.items()} == expected
 
 
-# Jensen's pc-n / pcseg-n are (n+1)-zeta; mp2trn's zeta_level reads the names as double zeta.
-_JENSEN_TRIPLE_AND_UP = {"pcseg-2", "aug-pcseg-2", "pc-2", "aug-pc-2", "pcseg-3", "pcseg-4", "aug-pcseg-3", "pc-3",
-                         "pc-4"}
-RULE_3_CASES = [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="mp2trn.basis.zeta_level reads "
-                                                           "Jensen's pc(seg)-n, n >= 2, as double zeta"))
-                if name in _JENSEN_TRIPLE_AND_UP else name for name in DEF2_RIFIT_BY_BASIS]
+RULE_3_CASES = list(DEF2_RIFIT_BY_BASIS)
 
 
 @pytest.mark.parametrize("basis", RULE_3_CASES)
