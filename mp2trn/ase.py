@@ -40,7 +40,7 @@ class MP2Calculator(_CalculatorBase):
 
     Parameters: ``method`` ("mp2", "scs-mp2", "sos-mp2", a double hybrid, "hf"), ``charge``, ``multiplicity`` and every field of
     :class:`~mp2trn.options.RunOptions` (``basis``, ``auxbasis``, ``device``, ``precision``, ``frozen``,
-    ``max_memory``, ``target``, ``reference`` ("rhf", "uhf", "rohf"; ROHF: energies only), ...).
+    ``max_memory``, ``target``, ``reference`` ("rhf", "uhf", "rohf"), ...).
     ``self.result`` is the last MP2Result (Hartree).
     """
 

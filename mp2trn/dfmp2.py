@@ -247,9 +247,6 @@ class DFMP2:
         ``derivatives=False`` only the relaxed density (no derivative integrals)."""
         from .grad import kernel as gradient_kernel
 
-        if reference_of(self._scf) == "ROHF":
-            raise InputError("analytic gradients and relaxed densities of ROHF-MBPT(2) are not supported yet; "
-                             "use a UHF reference (scf.UHF) for them")
         if not derivatives and False in self._relaxed:
             return self._relaxed[False]
         out = self._with_device(lambda device: gradient_kernel(

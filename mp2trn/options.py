@@ -103,7 +103,7 @@ class RunOptions:
     basis's convention), True (Cartesian functions) or False (spherical).
     charge / multiplicity: None → the XYZ comment line, else neutral and lowest spin.
     reference: the SCF determinant — "rhf", "uhf" or "rohf" (ROHF-MBPT(2): semicanonical ROHF orbitals and
-    the singles energy; energies only); None: RHF for closed shells, UHF for open shells.
+    the singles energy); None: RHF for closed shells, UHF for open shells.
     unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
     scf_df, conv_tol, max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); jkbasis: its JK-fit basis (None: the
     rules of :mod:`mp2trn.basis`); scf_jk: where its
@@ -182,9 +182,6 @@ class RunOptions:
             if reference == "rohf" and get_method(self.method).double_hybrid:
                 raise InputError(f"--reference rohf: {self.method} (a double hybrid) runs on RKS/UKS orbitals; "
                                  "use --reference uhf or drop --reference")
-            if reference == "rohf" and self.gradient:
-                raise InputError("--gradient with --reference rohf: analytic ROHF-MBPT(2) gradients are not "
-                                 "supported yet; use --reference uhf for gradients")
         if self.gradient and not self.scf_df:
             raise InputError("--gradient differentiates the density-fitted SCF mp2trn runs by default; drop --no-scf-df")
         if self.gradient and self.lindep is not None:

@@ -82,8 +82,8 @@ def is_uhf(mf) -> bool:
     if isinstance(mf, Semicanonical):
         return True
     if isinstance(mf, scf.rohf.ROHF):
-        raise InputError("this stage takes RHF or UHF orbitals; an ROHF reference is supported for DF-MP2 "
-                         "energies (ROHF-MBPT(2)), not yet for analytic gradients: use --reference uhf there")
+        raise InputError("this stage takes RHF or UHF orbitals; an ROHF reference enters as its semicanonical "
+                         "orbitals (mp2trn.orbitals.reference_orbitals)")
     return isinstance(mf, scf.uhf.UHF)
 
 

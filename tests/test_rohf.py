@@ -140,17 +140,11 @@ def test_default_references_and_refusals():
     assert mp2trn.RunOptions(reference="ROHF").reference == "rohf"
     with pytest.raises(InputError, match="--reference"):
         mp2trn.RunOptions(reference="cuhf")
-    with pytest.raises(InputError, match="not supported yet"):
-        mp2trn.RunOptions(reference="rohf", gradient=True)
+    assert mp2trn.RunOptions(reference="rohf", gradient=True).gradient      # tests/test_rohf_gradient.py
     with pytest.raises(InputError, match="double hybrid"):
         mp2trn.RunOptions(reference="rohf", method="b2plyp")
     with pytest.raises(InputError, match="closed shell"):
         mp2trn.run(HYDROXYL, multiplicity=2, reference="rhf", max_memory=1000)
-    res = CliRunner().invoke(app, ["run", str(molecule_path("hydroxyl")), "--reference", "rohf", "--gradient"])
-    assert res.exit_code == 2 and "not supported yet" in res.output
-    pt = mp2trn.DFMP2(pyscf_rohf(HYDROXYL, 1), auxbasis="cc-pvdz-ri")
-    with pytest.raises(InputError, match="ROHF"):
-        pt.make_rdm1()
 
 
 def test_scs_and_sos_leave_the_singles_unscaled():

@@ -26,13 +26,13 @@ from ..df import build_df, largest_shell, quiet_pyscf
 from ..errors import InputError, ResourceError
 from ..memory import ChannelShape, GradientSizes, plan_gradient
 from ..options import LINDEP_GRADIENT, Frozen
-from ..orbitals import is_uhf, select_frozen, spin_orbitals
+from ..orbitals import is_uhf, reference_orbitals, select_frozen, spin_orbitals
 from ..parallel import Comm
 from ..progress import Progress
 from ..scf import check_converged
 from ..threads import one_blas_pool
 from ..transform import BStore, build_b, scratch_writes
-from . import densities, ri
+from . import densities, ri, rohf
 from .jk_terms import two_electron_gradient
 from .orbitals import Channel, channels
 from .properties import spin_summed
@@ -97,9 +97,10 @@ def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = 
 def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm) -> GradientResult:
     t_start = time.perf_counter()
     mol = mf.mol
-    frozen_sel = select_frozen(mf, frozen)
-    chans = channels(mf, frozen_sel)
-    spins = spin_orbitals(mf, frozen_sel)
+    orbs = reference_orbitals(mf)     # ROHF: semicanonical orbitals per spin (stage 3 is then .rohf's)
+    frozen_sel = select_frozen(orbs, frozen)
+    chans = channels(orbs, frozen_sel)
+    spins = spin_orbitals(orbs, frozen_sel)
     dfi = build_df(mol, auxbasis)
     plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
                                         device.storage_dtype.itemsize), max_memory, device.memory_mb())
@@ -134,7 +135,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     t0 = time.perf_counter()
     products = (ResponseJK.build(mf, chans, plan.factor_chunk_mb) if plan.response_factors else None) \
         or Products(mf, chans)
-    resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian)
+    resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian) if orbs is mf else \
+        rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
     fast = isinstance(products, ResponseJK)
     del products
     _release_scf_tensor(mf)      # the J/K builds' tensor is not needed past the response
@@ -158,7 +160,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                 "gradient_strips": dens.strips,
                 "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast)}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
-                          _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir), dm_hf), resp.iterations, timings, what_ran)
+                          _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed, dm_hf), resp.iterations, timings, what_ran)
 
 
 def channel_shape(ch: Channel) -> ChannelShape:
