@@ -4,7 +4,9 @@ stored in the JSON output under ``extras.mp2trn.cost``).
 For ``--device sim`` the report is a MODEL: the NKI emulator prices every instruction the kernels
 executed with the per-instruction cycle formulas of the NKI ISA docs and the engine clocks of each
 generation, so one emulated run gives a trn1 and a trn2 estimate. The table says so in its title.
-For ``--device neuron`` the report holds measured wall times.
+For ``--device neuron`` the report holds measured wall times. For ``--device cpu`` it is the roofline
+(:mod:`mp2trn.roofline`): each stage's measured seconds, achieved GFLOP/s and share of this machine's
+DGEMM/SGEMM rate.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def cost_table(cost: dict[str, Any]) -> Table:
     engine utilization (busy time / modeled time) — or measured wall times for ``neuron``."""
     if cost.get("kind") == "measured":
         return _measured_table(cost)
+    if cost.get("kind") == "roofline":
+        return _roofline_table(cost)
     table = Table(
         title=(f"MODELED Trainium time (NKI emulator cost model, not a measurement); "
                f"blocks planned for {cost.get('target')}, precision {cost.get('precision')}"),
@@ -124,9 +128,41 @@ def _measured_table(cost: dict[str, Any]) -> Table:
     return table
 
 
+def _stage_label(entry: dict[str, Any]) -> str:
+    return f"{STAGE_NAMES.get(entry['stage'], entry['stage'])} ({entry['precision']})"
+
+
+def _rates_note(cost: dict[str, Any]) -> str:
+    rates = cost.get("gemm_rates", {})
+    load = rates.get("load_average")
+    return (f"this machine's DGEMM {rates.get('fp64_gflops', 0):.0f}, SGEMM {rates.get('fp32_gflops', 0):.0f} GFLOP/s "
+            f"({rates.get('n')}³ GEMM measured {rates.get('measured')}"
+            + (f" at load average {load:.1f}" if load is not None else "") + f"; cached in {rates.get('cache')})")
+
+
+def _roofline_table(cost: dict[str, Any]) -> Table:
+    table = Table(title="CPU roofline (measured): each stage's rate against this machine's GEMM rate",
+                  title_justify="left", caption=f"{_rates_note(cost)}. Counted: {cost.get('counted')}.",
+                  caption_justify="left")
+    for col, just in (("stage", "left"), ("calls", "right"), ("s", "right"), ("GFLOP", "right"),
+                      ("GFLOP/s", "right"), ("of", "left"), ("share", "right")):
+        table.add_column(col, justify=just)
+    for entry in cost.get("stages", {}).values():
+        table.add_row(_stage_label(entry), str(entry["calls"]), f"{entry['seconds']:.3f}", f"{entry['gflop']:.2f}",
+                      f"{entry['gflops_per_s']:.1f}", f"{entry['gemm']} {entry['gemm_gflops_per_s']:.0f}",
+                      f"{100 * entry['share_of_gemm']:.0f}%")
+    return table
+
+
 def cost_lines(cost: dict[str, Any]) -> list[str]:
     """The same information as plain text lines (scripts, logs)."""
     lines = []
+    if cost.get("kind") == "roofline":
+        lines.append(f"CPU roofline (measured); {_rates_note(cost)}")
+        for entry in cost.get("stages", {}).values():
+            lines.append(f"  {_stage_label(entry):24s} {entry['seconds']:8.3f} s  {entry['gflops_per_s']:7.1f} GFLOP/s  "
+                         f"{100 * entry['share_of_gemm']:3.0f}% of {entry['gemm']}")
+        return lines
     if cost.get("kind") == "measured":
         lines.append(f"NeuronCore wall time ({cost.get('target')}), {cost.get('launches')} launches")
         for stage, e in cost.get("stages", {}).items():

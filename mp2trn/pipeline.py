@@ -201,7 +201,7 @@ def compute(
     parallel = None
     if comm is not None and comm.size > 1:
         parallel = rank_record(comm, result)
-        if result.cost:
+        if result.cost and result.cost.get("kind") == "model":
             notes = notes + [f"the cost report is rank {comm.rank}'s own share of the kernels (1 of {comm.size} "
                              "ranks); extras.mp2trn.parallel.per_rank has each rank's modeled device time"]
     reference = result.reference.replace("HF", "KS") if method.double_hybrid else result.reference

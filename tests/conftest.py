@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from pyscf import gto
+
+# the cpu device's cost report measures this machine's GEMM rates once and caches them under the user
+# cache directory (mp2trn.roofline): the tests, and the processes they start, keep theirs in a temporary one
+_CACHE = tempfile.mkdtemp(prefix="mp2trn-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 MOLECULES = ROOT / "molecules"

@@ -16,6 +16,7 @@ from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
 from scipy.linalg import lapack as scipy_lapack
 
+from ..roofline import StageMeter
 from ..threads import one_blas_pool
 from .base import Device, PairDensities
 
@@ -35,6 +36,8 @@ class CpuDevice(Device):
         #: seconds per piece of the J/K builds since :meth:`time_jk_parts` (None: not timed)
         self.jk_parts: dict[str, float] | None = None
         self._clock = time.perf_counter
+        # seconds and counted flops per stage and precision: the cost report's roofline (mp2trn.roofline)
+        self._meter = StageMeter()
         # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
         # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
         # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
@@ -48,6 +51,14 @@ class CpuDevice(Device):
         return info
 
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        out = self._ao_to_mo(ao, c_occ, c_vir)
+        nao, no, nv = c_occ.shape[0], c_occ.shape[1], c_vir.shape[1]
+        flops = 2.0 * ao.shape[0] * nao * no * (nao + nv)   # the two half-transforms
+        self._meter.add("ao_to_mo", "fp64" if self.ao_packed else self.precision, time.perf_counter() - t0, flops)
+        return out
+
+    def _ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
         if self.ao_packed:
             no, nv = c_occ.shape[1], c_vir.shape[1]
             coeff = np.asarray(np.hstack([c_occ, c_vir]), order="F")
@@ -64,6 +75,12 @@ class CpuDevice(Device):
         return (half.reshape(p * no, nao) @ c_vir).reshape(p, no, -1)
 
     def metric_solve(self, l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        out = self._metric_solve(l_chol, v)
+        self._meter.add("metric", self.precision, time.perf_counter() - t0, float(l_chol.shape[0]) ** 2 * out.shape[1])
+        return out
+
+    def _metric_solve(self, l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
         v = np.asarray(v, dtype=self._dtype)
         if not v.flags.c_contiguous:
             v = np.ascontiguousarray(v)
@@ -75,6 +92,14 @@ class CpuDevice(Device):
         return out.T
 
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
+        t0 = time.perf_counter()
+        out = self._pair_energies(b_i, b_j, e_i, e_j, ev_a, ev_b, exchange)
+        naux, ni, nva = b_i.shape
+        pairs_by_cols = ni * (ni + 1) / 2 * nva if b_j is None else ni * b_j.shape[1] * b_j.shape[2]
+        self._meter.add("pairs", self.precision, time.perf_counter() - t0, 2.0 * naux * nva * pairs_by_cols)
+        return out
+
+    def _pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
         same = b_j is None
         naux, ni, nva = b_i.shape
         x_i = _as_matrix(b_i, self._dtype)
@@ -99,6 +124,16 @@ class CpuDevice(Device):
     has_pair_densities = True
 
     def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
+        t0 = time.perf_counter()
+        out = self._pair_densities(b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k)
+        naux, ni, nva = b_all.shape
+        nk, nvb = b_k.shape[1], b_k.shape[2]
+        # per k: τ and Γ̄ (2·naux·ni·nva·nvb each), P_occ, P_vir of all, P_vir of k
+        per_k = 2.0 * ni * nva * nvb * (2 * naux + ni + nva + (nvb if vir_k else 0))
+        self._meter.add("grad_pairs", self.precision, time.perf_counter() - t0, per_k * nk)
+        return out
+
+    def _pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]
         x_all = _as_matrix(b_all, self._dtype)                      # (naux, ni·nva)
@@ -151,6 +186,26 @@ class CpuDevice(Device):
         return block if dtype == np.float64 else _Cast(block, dtype, block.shape[1])
 
     def jk_block(self, block, factors, dm, with_j, with_k):
+        t0 = time.perf_counter()
+        out = self._jk_block(block, factors, dm, with_j, with_k)
+        rows = block.block if isinstance(block, (_Fp32Copy, _Cast)) else block
+        nao, p = dm.shape[0], rows.shape[0]
+        n = sum(c.shape[1] for c, _ in factors) if with_k else 0
+        flops = (4.0 * rows.size if with_j else 0.0) + float(p) * n * nao * (3 * nao + 1)   # J; Z and the syrk
+        precision = "fp32" if isinstance(block, (_Fp32Copy, _Cast)) and block.dtype == np.float32 else "fp64"
+        self._meter.add("scf_jk", precision, time.perf_counter() - t0, flops)
+        return out
+
+    def cost_report(self, since: Any = None) -> dict[str, Any] | None:
+        """Measured, not modeled: each stage's seconds, counted GFLOP, achieved GFLOP/s and share of this
+        machine's DGEMM/SGEMM rate (measured once per machine and cached, :mod:`mp2trn.roofline`); None
+        before any work."""
+        return self._meter.report(since)
+
+    def cost_checkpoint(self) -> Any:
+        return self._meter.checkpoint()
+
+    def _jk_block(self, block, factors, dm, with_j, with_k):
         if isinstance(block, _Fp32Copy):
             return self._jk_fp32_copy(block, factors, dm, with_j, with_k)
         if isinstance(block, _Cast):
@@ -289,7 +344,7 @@ class CpuDevice(Device):
         so that the second reads them from cache; NumPy's GEMVs, or SciPy's when ``scipy_gemv`` (the build
         runs on SciPy's pool). Returns (n,) fp64."""
         p, n = rows.shape
-        chunk = max(1, int(_UNPACK_CHUNK_BYTES // (8 * n)))
+        chunk = max(1, int(_J_CHUNK_BYTES // (8 * n)))
         vj = np.zeros(n)
         for r0 in range(0, p, chunk):
             part = rows[r0 : r0 + chunk]
@@ -350,6 +405,10 @@ class CpuDevice(Device):
 #: tensor rows unpacked and/or converted at a time (as fp64): a few MB, so that they are still in cache
 #: when the GEMMs read them (Inosine/cc-pVDZ: 4 rows, Cetirizine: 1)
 _UNPACK_CHUNK_BYTES = 4e6
+#: fp64 tensor rows J's two GEMVs read at a time: within a core's L2, so that the second pass reads them
+#: from cache (Inosine/cc-pVDZ, 4 rows of 0.43 MB: 66 ms for both passes on one thread against 85 ms for
+#: 9 rows and 76 ms for two passes over the whole tensor; 2-core VM, loaded)
+_J_CHUNK_BYTES = 2e6
 #: the half-transformed rows gathered for one exchange syrk: its inner dimension (rows × nocc) in the
 #: thousands, the group a few MB (Cetirizine/cc-pVDZ: 38 rows)
 _SYRK_GROUP_BYTES = 16e6
@@ -389,6 +448,7 @@ class _Fp32Copy:
     """A packed host tensor block (p, nao(nao+1)/2) fp64 (J reads it) with its fp32 copy (K reads it)."""
 
     __slots__ = ("block", "copy", "nao")
+    dtype = np.dtype(np.float32)
 
     def __init__(self, block: np.ndarray, copy: np.ndarray, nao: int):
         self.block, self.copy, self.nao = block, copy, nao

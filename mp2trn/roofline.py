@@ -1,0 +1,170 @@
+"""The CPU's GEMM rates and how close each stage of a run came to them (the cpu device's cost report).
+
+A stage's achieved rate is the arithmetic it did (its GEMM-like work, counted as below) over the seconds
+the device spent in it; its share is that rate over the machine's GEMM rate in the stage's precision
+(DGEMM for fp64, SGEMM for fp32). The GEMM rates are measured once per machine — a short timed square
+GEMM of :data:`GEMM_N` on NumPy's BLAS with its threads — and cached in a small JSON file under the user
+cache directory (``$XDG_CACHE_HOME/mp2trn/gemm_rates.json``, else ``~/.cache/mp2trn/…``), keyed by the CPU
+model, the BLAS library and its thread count, so the first run on a machine pays about a second and
+later runs read the file. A rate measured while the machine was busy is low, and the shares then high:
+the cache records the load average at the measurement, and :func:`gemm_rates` ``(refresh=True)`` (or
+deleting the file) measures again.
+
+Counted arithmetic per stage (flops; elementwise work, unpacking and copies not counted, so that their
+time shows as a lower share): SCF J/K per block of p rows: Z = Cᵀ B_P 2·p·nao²·n, the exchange syrk
+p·n·nao(nao+1), J's two GEMVs 4·p·(stored elements per row); ao_to_mo two half-transforms
+2·p·nao²·no + 2·p·nao·no·nv; metric solve naux²·n; pair step the T GEMMs 2·naux·(ni·nva)·(nj·nvb) (i ≤ j
+on a diagonal block); gradient pairs its five GEMMs per column of pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .files import write_json_atomic
+from .machine import cpu_name
+
+#: the side of the timed GEMM: large enough for the BLAS to reach its rate on a few cores (7 GFLOP in
+#: fp64), short enough to cost well under a second on an idle laptop
+GEMM_N = 1536
+#: timed repetitions of the GEMM (the best counts), after one untimed warm-up
+_REPEATS = 3
+#: the cache file's schema; a file with another is measured again
+_VERSION = 1
+
+
+def cache_path() -> Path:
+    """``$XDG_CACHE_HOME/mp2trn/gemm_rates.json``, else ``~/.cache/mp2trn/gemm_rates.json``."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "mp2trn" / "gemm_rates.json"
+
+
+def blas_threads() -> int:
+    """Threads of NumPy's BLAS pool now (1 when threadpoolctl cannot tell)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover - a dependency
+        return 1
+    numpy_dir = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
+    mine = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"
+            and os.path.abspath(lib.get("filepath", "")).startswith(os.path.join(numpy_dir, "numpy"))]
+    pools = mine or [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    return int(pools[0]["num_threads"]) if pools else 1
+
+
+def machine_key() -> str:
+    """What the cached rates belong to: CPU model, NumPy's BLAS and its thread count."""
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        blas_name = f"{blas.get('name', 'blas')} {blas.get('version', '')}".strip()
+    except Exception:  # pragma: no cover - depends on the NumPy build
+        blas_name = "blas"
+    return f"{cpu_name()} | {blas_name} | {blas_threads()} threads"
+
+
+def measure_gemm_rate(dtype, n: int = GEMM_N, repeats: int = _REPEATS, clock=time.perf_counter) -> float:
+    """GFLOP/s of an n×n×n GEMM in ``dtype`` on NumPy's BLAS pool (best of ``repeats``, after a warm-up),
+    timed by ``clock`` (wall time; ``time.thread_time`` with a one-thread BLAS on a loaded machine)."""
+    from .threads import one_blas_pool
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(dtype)
+    b = rng.standard_normal((n, n)).astype(dtype)
+    out = np.empty((n, n), dtype)
+    best = float("inf")
+    with one_blas_pool("numpy"):
+        np.matmul(a, b, out=out)
+        for _ in range(repeats):
+            t0 = clock()
+            np.matmul(a, b, out=out)
+            best = min(best, clock() - t0)
+    return 2.0 * n**3 / best / 1e9
+
+
+def gemm_rates(refresh: bool = False) -> dict[str, Any]:
+    """This machine's DGEMM and SGEMM rates: {"fp64": GFLOP/s, "fp32": GFLOP/s, "key", "measured" (UTC),
+    "load_average", "n", "cache"}; read from the cache, else measured now and added to it (atomically)."""
+    path, key = cache_path(), machine_key()
+    cached = _read_cache(path)
+    entry = cached.get("machines", {}).get(key)
+    if entry is None or refresh:
+        entry = {"fp64": measure_gemm_rate(np.float64), "fp32": measure_gemm_rate(np.float32), "n": GEMM_N,
+                 "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+        machines = {**cached.get("machines", {}), key: entry}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {"version": _VERSION, "machines": machines})
+        except OSError as err:   # an unwritable cache costs a measurement per run, not the run
+            entry = {**entry, "cache_error": f"{path}: {err}"}
+    return {**entry, "key": key, "cache": str(path)}
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    """The cache document, or an empty one when it is missing, unreadable or of another schema."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("version") == _VERSION else {}
+
+
+class StageMeter:
+    """Seconds, counted flops and calls per (stage, precision) of a device's work."""
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[str, str], list[float]] = {}
+
+    def add(self, stage: str, precision: str, seconds: float, flops: float) -> None:
+        entry = self.totals.setdefault((stage, precision), [0.0, 0.0, 0])
+        entry[0] += seconds
+        entry[1] += flops
+        entry[2] += 1
+
+    def checkpoint(self) -> dict[tuple[str, str], tuple[float, float, int]]:
+        """The totals now (pass to :meth:`report` as ``since``)."""
+        return {k: tuple(v) for k, v in self.totals.items()}
+
+    def report(self, since: dict | None = None, rates: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The roofline report of the work since ``since`` (None: everything), or None when there was none."""
+        since = since or {}
+        stages = {}
+        for (stage, precision), (seconds, flops, calls) in self.totals.items():
+            s0, f0, c0 = since.get((stage, precision), (0.0, 0.0, 0))
+            if calls > c0:
+                stages[(stage, precision)] = (seconds - s0, flops - f0, calls - c0)
+        if not stages:
+            return None
+        return roofline_report(stages, rates if rates is not None else gemm_rates())
+
+
+def roofline_report(stages: dict[tuple[str, str], tuple[float, float, int]], rates: dict[str, Any]) -> dict[str, Any]:
+    """The cost report of the cpu device: per (stage, precision) its seconds, counted GFLOP, achieved
+    GFLOP/s and share of the GEMM rate of its precision; JSON-able (``extras.mp2trn.cost``)."""
+    out: dict[str, Any] = {
+        "kind": "roofline",
+        "gemm_rates": {"fp64_gflops": rates["fp64"], "fp32_gflops": rates["fp32"], "n": rates.get("n"),
+                       "measured": rates.get("measured"), "load_average": rates.get("load_average"),
+                       "machine": rates.get("key"), "cache": rates.get("cache")},
+        "counted": "GEMM-like arithmetic only (mp2trn.roofline); unpacking, copies and elementwise work lower the share",
+        "stages": {},
+    }
+    for (stage, precision), (seconds, flops, calls) in stages.items():
+        rate = flops / seconds / 1e9 if seconds > 0 else 0.0
+        peak = rates["fp32"] if precision == "fp32" else rates["fp64"]
+        out["stages"][f"{stage}:{precision}"] = {
+            "stage": stage, "precision": precision, "calls": calls, "seconds": seconds, "gflop": flops / 1e9,
+            "gflops_per_s": rate, "gemm": "SGEMM" if precision == "fp32" else "DGEMM", "gemm_gflops_per_s": peak,
+            "share_of_gemm": rate / peak if peak > 0 else 0.0,
+        }
+    return out
+
+
+__all__ = ["GEMM_N", "StageMeter", "blas_threads", "cache_path", "gemm_rates", "machine_key", "measure_gemm_rate",
+           "roofline_report"]

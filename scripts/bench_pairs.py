@@ -1,0 +1,134 @@
+"""Time the cpu device's MP2 pair step against this machine's DGEMM/SGEMM rate, piece by piece.
+
+    python scripts/bench_pairs.py                         # nocc 24, nvir 300, naux 900, fp64 and fp32
+    python scripts/bench_pairs.py --nocc 44 --nvir 400 --naux 1100 --threads 1
+
+Random B (the step's time does not depend on the values) of the given sizes, paired as a run pairs it
+(blocks of the memory plan's occupied block, i ≤ j over blocks): the whole step, its GEMMs alone, and so
+the elementwise reduction T·(T or Tᵀ)/D as the rest; each as counted GFLOP/s (the T GEMMs' arithmetic)
+and share of the GEMM rate measured in the same run. Beside the cpu device, a layout tried and found
+slower (every pair's tile contiguous). The reduction is NumPy elementwise work on one thread: its share
+on one thread is what it costs, and on n threads, where the GEMMs run n times faster, roughly n times
+that. ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
+loaded machine disturbs far less than wall time. A benchmark: it asserts nothing about speed; it checks
+that both layouts give the same pair sums (1e-12 relative in fp64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from mp2trn.devices.cpu import CpuDevice, _as_matrix
+from mp2trn.machine import machine_description
+from mp2trn.memory import SpinShape, plan_blocks
+from mp2trn.roofline import GEMM_N, measure_gemm_rate
+
+
+class GemmOnly(CpuDevice):
+    """The cpu device's pair step with the reduction left out: its GEMMs alone (one per row of the
+    diagonal block, one for an off-diagonal block)."""
+
+    def _pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
+        same = b_j is None
+        ni, nva = b_i.shape[1], b_i.shape[2]
+        x_i = _as_matrix(b_i, self._dtype)
+        if same:
+            for i in range(ni):
+                self.contract_aux(x_i[:, i * nva : (i + 1) * nva], x_i[:, i * nva :])
+            return np.zeros((ni, ni)), None
+        self.contract_aux(x_i, _as_matrix(b_j, self._dtype))
+        return np.zeros((ni, b_j.shape[1])), None
+
+
+class ContiguousTilesCpu(CpuDevice):
+    """Tried and slower (kept to show it): every pair's tile contiguous, (j, b, a) from one GEMM per row
+    i, so that the reduction reads it at unit stride. The reduction gains a little; the GEMMs, now
+    (nj·nvb × naux)·(naux × nva) per row instead of one per off-diagonal block, lose more."""
+
+    def _pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
+        same = b_j is None
+        ni, nva = b_i.shape[1], b_i.shape[2]
+        x_i = _as_matrix(b_i, self._dtype)
+        x_j = x_i if same else _as_matrix(b_j, self._dtype)
+        nvb = nva if same else b_j.shape[2]
+        os_ = np.zeros((ni, x_j.shape[1] // nvb))
+        xx = np.zeros_like(os_) if exchange else None
+        e_ba = (ev_b[:, None] + ev_a[None, :]).astype(self._dtype)   # the tiles are Tᵀ (b, a)
+        for i in range(ni):
+            j0 = i if same else 0
+            tiles = self.contract_aux(x_j[:, j0 * nvb :], x_i[:, i * nva : (i + 1) * nva]).reshape(-1, nvb, nva)
+            w = np.empty(e_ba.shape, dtype=tiles.dtype)
+            acc = None if tiles.dtype == np.float64 else np.float64
+            for j in range(tiles.shape[0]):
+                np.subtract(tiles.dtype.type(e_i[i] + e_j[j0 + j]), e_ba, out=w)
+                np.divide(tiles[j], w, out=w)
+                os_[i, j0 + j] = np.einsum("ab,ab->", w, tiles[j], dtype=acc)
+                if xx is not None:
+                    xx[i, j0 + j] = np.einsum("ab,ba->", w, tiles[j], dtype=acc)
+        return os_, xx
+
+
+def pair_step(dev: CpuDevice, b: np.ndarray, e_occ, e_vir, occ_block: int):
+    """All pairs i ≤ j of one spin in blocks of ``occ_block`` occupied orbitals, as mp2trn.energy pairs them."""
+    nocc = b.shape[1]
+    blocks = [(i0, min(nocc, i0 + occ_block)) for i0 in range(0, nocc, occ_block)]
+    out = np.zeros((nocc, nocc)), np.zeros((nocc, nocc))
+    for bi, (i0, i1) in enumerate(blocks):
+        for j0, j1 in blocks[bi:]:
+            same = i0 == j0
+            o, x = dev.pair_energies(b[:, i0:i1], None if same else b[:, j0:j1], e_occ[i0:i1], e_occ[j0:j1],
+                                     e_vir, e_vir, exchange=True)
+            out[0][i0:i1, j0:j1] += o
+            if x is not None:
+                out[1][i0:i1, j0:j1] += x
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nocc", type=int, default=24)
+    ap.add_argument("--nvir", type=int, default=300)
+    ap.add_argument("--naux", type=int, default=900)
+    ap.add_argument("--precision", nargs="+", default=["fp64", "fp32"])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="hold every BLAS pool to this many threads")
+    args = ap.parse_args()
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)
+    clock = time.thread_time if args.threads == 1 else time.perf_counter
+    rng = np.random.default_rng(0)
+    nocc, nvir, naux = args.nocc, args.nvir, args.naux
+    b64 = 0.05 * rng.standard_normal((naux, nocc, nvir))
+    e_occ, e_vir = -1.0 - rng.random(nocc), 0.2 + rng.random(nvir)
+    occ_block = plan_blocks(nvir + nocc, naux, [SpinShape(nocc, nvir)], 50, 4000).occ_block
+    flops = naux * nvir**2 * nocc * (nocc + 1)   # the T GEMMs of all pairs i ≤ j
+    print(f"nocc {nocc}, nvir {nvir}, naux {naux}, occupied block {occ_block}: {flops / 1e9:.1f} GFLOP of T GEMMs; "
+          f"{machine_description()}; {'one BLAS thread, CPU time' if args.threads == 1 else 'wall time'}")
+    print("| precision | code | s | GFLOP/s | of the GEMM rate |")
+    print("|---|---|---:|---:|---:|")
+    for precision in args.precision:
+        rate = measure_gemm_rate(np.float32 if precision == "fp32" else np.float64, clock=clock)
+        b = b64.astype(np.float32) if precision == "fp32" else b64
+        results = {}
+        for label, dev in (("cpu device", CpuDevice(precision)), ("its GEMMs alone", GemmOnly(precision)),
+                           ("tried: contiguous tiles", ContiguousTilesCpu(precision))):
+            best = float("inf")
+            for _ in range(args.repeat):
+                t0 = clock()
+                results[label] = pair_step(dev, b, e_occ, e_vir, occ_block)
+                best = min(best, clock() - t0)
+            print(f"| {precision} | {label} | {best:.3f} | {flops / best / 1e9:.0f} | {flops / best / 1e9 / rate:.0%} |")
+        print(f"| {precision} | {GEMM_N}³ GEMM | | {rate:.0f} | 100% |")
+        new, old = results["tried: contiguous tiles"], results["cpu device"]
+        tol = 1e-12 if precision == "fp64" else 1e-5
+        for a, c in zip(new, old):
+            assert np.abs(a - c).max() <= tol * np.abs(c).max(), "the two layouts disagree"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The cpu device's pair step against the textbook formula on random blocks: every pair's opposite-spin
+and exchange sums, on the diagonal block (i ≤ j) and off it, same spin and opposite spins (nva ≠ nvb)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mp2trn.devices import get_device
+
+
+def _textbook(b_i, b_j, e_i, e_j, ev_a, ev_b):
+    """os[i, j] = Σ_ab T²/D, x[i, j] = Σ_ab T_ab T_ba / D in fp64 with einsum, T_ab = Σ_Q B_Q,ia B_Q,jb."""
+    t = np.einsum("Qia,Qjb->ijab", b_i.astype(np.float64), b_j.astype(np.float64))
+    d = e_i[:, None, None, None] + e_j[None, :, None, None] - ev_a[None, None, :, None] - ev_b[None, None, None, :]
+    os_ = np.einsum("ijab,ijab->ij", t, t / d)
+    x = np.einsum("ijab,ijba->ij", t / d, t) if b_i.shape[2] == b_j.shape[2] else None
+    return os_, x
+
+
+def _block(rng, naux, n, nv):
+    return 0.1 * rng.standard_normal((naux, n, nv))
+
+
+@pytest.mark.parametrize("precision,rel", [("fp64", 1e-13), ("fp32", 1e-5)])
+def test_pair_sums_match_the_textbook(precision, rel):
+    rng = np.random.default_rng(7)
+    dev = get_device("cpu", precision)
+    naux, ni, nj, nva, nvb = 40, 5, 3, 11, 7
+    b_i, b_j, b_k = _block(rng, naux, ni, nva), _block(rng, naux, nj, nva), _block(rng, naux, nj, nvb)
+    e_i, e_j = -1.0 - rng.random(ni), -0.8 - rng.random(nj)
+    ev_a, ev_b = 0.2 + rng.random(nva), 0.3 + rng.random(nvb)
+    dtype = dev.storage_dtype
+    cases = [(b_i, None, e_i, e_i, ev_a, ev_a, True),     # the diagonal block: i ≤ j
+             (b_i, b_j, e_i, e_j, ev_a, ev_a, True),      # same spin, two blocks
+             (b_i, b_k, e_i, e_j, ev_a, ev_b, False)]     # opposite spins: nva ≠ nvb, no exchange
+    for bi, bj, ei, ej, eva, evb, exchange in cases:
+        os_, x = dev.pair_energies(bi.astype(dtype), None if bj is None else bj.astype(dtype), ei, ej, eva, evb, exchange)
+        ref_os, ref_x = _textbook(bi, bi if bj is None else bj, ei, ej, eva, evb)
+        if bj is None:   # only i ≤ j is formed; the rest is 0
+            ref_os, ref_x = np.triu(ref_os), np.triu(ref_x)
+        assert os_.dtype == np.float64 and np.abs(os_ - ref_os).max() <= rel * np.abs(ref_os).max()
+        if exchange:
+            assert np.abs(x - ref_x).max() <= rel * np.abs(ref_x).max() and np.abs(ref_x).max() > 0
+        else:
+            assert x is None

@@ -1,0 +1,114 @@
+"""The cpu device's cost report: each stage's achieved GFLOP/s and share of this machine's GEMM rate, the
+rates measured once per machine and cached under the user cache directory (mp2trn.roofline)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import mp2trn
+import mp2trn.roofline as roofline
+from mp2trn.costreport import cost_lines, cost_table
+from mp2trn.devices import get_device
+
+from .conftest import molecule_path
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _fake_rates(cache_dir, fp64=100.0, fp32=200.0):
+    """A cache file holding known rates for this machine (what a measurement would have written)."""
+    path = cache_dir / "mp2trn" / "gemm_rates.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"fp64": fp64, "fp32": fp32, "n": 1536, "measured": "2026-01-01T00:00:00Z", "load_average": 0.5}
+    path.write_text(json.dumps({"version": 1, "machines": {roofline.machine_key(): entry}}))
+    return path
+
+
+def test_rates_measured_once_and_cached_per_machine_key(cache_dir, monkeypatch):
+    calls = []
+    monkeypatch.setattr(roofline, "measure_gemm_rate", lambda dtype: calls.append(np.dtype(dtype).name) or 10.0)
+    first = roofline.gemm_rates()
+    assert calls == ["float64", "float32"] and first["fp64"] == first["fp32"] == 10.0
+    path = cache_dir / "mp2trn" / "gemm_rates.json"
+    assert first["cache"] == str(path) and roofline.machine_key() in json.loads(path.read_text())["machines"]
+    assert roofline.gemm_rates()["fp64"] == 10.0 and len(calls) == 2          # read back, not measured
+    roofline.gemm_rates(refresh=True)
+    assert len(calls) == 4
+    monkeypatch.setattr(roofline, "blas_threads", lambda: 97)                  # another thread count: another key
+    roofline.gemm_rates()
+    assert len(calls) == 6 and len(json.loads(path.read_text())["machines"]) == 2
+    path.write_text("{not json")                                              # a broken file is measured again
+    roofline.gemm_rates()
+    assert len(calls) == 8 and json.loads(path.read_text())["version"] == 1
+
+
+def test_cache_path_respects_xdg_cache_home(cache_dir, monkeypatch):
+    assert roofline.cache_path() == cache_dir / "mp2trn" / "gemm_rates.json"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert roofline.cache_path().parts[-3:] == (".cache", "mp2trn", "gemm_rates.json")
+
+
+def test_a_real_gemm_is_timed():
+    rate = roofline.measure_gemm_rate(np.float64, n=256, repeats=1)
+    assert 0.01 < rate < 1e5
+
+
+def test_cpu_cost_report_counts_each_stage_against_the_cached_rates(cache_dir):
+    """Water/cc-pVDZ on the cpu device: every stage's counted GFLOP from the sizes (one pair block, one AO
+    block), its rate and its share of the cached DGEMM rate."""
+    _fake_rates(cache_dir, fp64=100.0)
+    res = mp2trn.run(molecule_path("water"))
+    cost = res.cost
+    assert cost["kind"] == "roofline" and cost["gemm_rates"]["fp64_gflops"] == 100.0
+    stages = cost["stages"]
+    assert set(stages) == {"scf_jk:fp64", "ao_to_mo:fp64", "metric:fp64", "pairs:fp64"}
+    naux, nocc, nvir, nao = res.sizes["naux"], res.sizes["nocc"], res.sizes["nvir"], res.sizes["nao"]
+    assert stages["pairs:fp64"]["gflop"] * 1e9 == pytest.approx(naux * nvir**2 * nocc * (nocc + 1))
+    assert stages["metric:fp64"]["gflop"] * 1e9 == pytest.approx(naux**2 * nocc * nvir)
+    assert stages["ao_to_mo:fp64"]["gflop"] * 1e9 == pytest.approx(2 * naux * nao * nocc * (nao + nvir))
+    builds = res.scf["jk_builds"]
+    assert stages["scf_jk:fp64"]["calls"] >= builds
+    for entry in stages.values():
+        assert entry["seconds"] > 0 and entry["gemm"] == "DGEMM"
+        assert entry["gflops_per_s"] == pytest.approx(entry["gflop"] / entry["seconds"])
+        assert entry["share_of_gemm"] == pytest.approx(entry["gflops_per_s"] / 100.0)
+    json.dumps(cost)   # it goes to extras.mp2trn.cost
+    assert res.to_qcschema()["extras"]["mp2trn"]["cost"]["stages"]["pairs:fp64"]["gemm_gflops_per_s"] == 100.0
+
+
+def test_fp32_stages_are_held_to_sgemm_and_since_counts_later_work(cache_dir):
+    """An fp32 run: the SCF's fp32 builds against SGEMM, its fp64 ones against DGEMM; a checkpoint's report
+    holds only what ran after it."""
+    _fake_rates(cache_dir, fp64=100.0, fp32=200.0)
+    dev = get_device("cpu", "fp32")
+    res = mp2trn.run(molecule_path("water"), device=dev)
+    stages = res.cost["stages"]
+    assert stages["scf_jk:fp32"]["gemm"] == "SGEMM" and stages["scf_jk:fp32"]["gemm_gflops_per_s"] == 200.0
+    assert stages["scf_jk:fp64"]["gemm"] == "DGEMM"   # the mixed schedule's last builds
+    assert stages["pairs:fp32"]["share_of_gemm"] == pytest.approx(stages["pairs:fp32"]["gflops_per_s"] / 200.0)
+    mark = dev.cost_checkpoint()
+    assert dev.cost_report(since=mark) is None
+    b = np.random.default_rng(0).standard_normal((20, 3, 4)).astype(np.float32)
+    dev.pair_energies(b, None, -np.ones(3), -np.ones(3), np.ones(4), np.ones(4), True)
+    later = dev.cost_report(since=mark)
+    assert set(later["stages"]) == {"pairs:fp32"} and later["stages"]["pairs:fp32"]["calls"] == 1
+    assert later["stages"]["pairs:fp32"]["gflop"] * 1e9 == pytest.approx(20 * 4 * 4 * 3 * 4)
+    dev.close()
+
+
+def test_roofline_report_is_rendered(cache_dir):
+    _fake_rates(cache_dir)
+    cost = roofline.roofline_report({("pairs", "fp64"): (2.0, 100e9, 3), ("scf_jk", "fp32"): (1.0, 150e9, 9)},
+                                    roofline.gemm_rates())
+    lines = cost_lines(cost)
+    assert "DGEMM 100, SGEMM 200 GFLOP/s" in lines[0]
+    assert any("pairs (fp64)" in line and "50% of DGEMM" in line for line in lines)
+    assert any("SCF J/K (fp32)" in line and "75% of SGEMM" in line for line in lines)
+    assert cost_table(cost).row_count == 2
