@@ -188,7 +188,7 @@ class Device(ABC):
 
     def cost_report(self, since: Any = None) -> dict[str, Any] | None:
         """Modeled accelerator cost of everything run so far, or since a :meth:`cost_checkpoint` (NKI
-        devices); None for cpu/cuda."""
+        devices); the cpu device's measured roofline (:mod:`mp2trn.roofline`); None for cuda."""
         return None
 
     def cost_checkpoint(self) -> Any:
