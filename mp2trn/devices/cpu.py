@@ -237,9 +237,11 @@ class CpuDevice(Device):
         straight into the group of Z rows of ``_SYRK_GROUP_BYTES``; K += Zᵀ Z is one syrk per group (its
         inner dimension, rows × nocc, in the thousands however large nao is), accumulated in fp64.
         J = Σ_P ρ_P B_P with ρ_P = B_P·D, both in fp64 on the rows as stored (packed: the lower triangle,
-        unpacked at the end): ρ_P as each row is unpacked (the row still in cache), Σ_P ρ_P B_P as one GEMV
-        per group; without K nothing is unpacked. So a reduced-precision build has fp32 K and fp64 J, which
-        lets a mixed SCF follow the fp64 one further (:class:`mp2trn.jk.PrecisionSchedule`).
+        unpacked at the end): both GEMVs on each chunk of rows just unpacked, still in cache; without K
+        nothing is unpacked (:meth:`_coulomb`). So a reduced-precision build has fp32 K and fp64 J, which
+        lets a mixed SCF follow the fp64 one further (:class:`mp2trn.jk.PrecisionSchedule`). This path runs
+        fp64 builds, and fp32 builds of the unpacked layout; fp32 builds of the packed tensor read its fp32
+        copy (:meth:`_jk_fp32_copy`). ``time_jk_parts`` times each piece (``scripts/bench_jk.py --parts``).
 
         Raffinose/cc-pVDZ (nao 636, one row per chunk), one build (``python scripts/bench_jk.py --xyz
         molecules/gpu4pyscf/organic/066_Raffinose.xyz``): fp64 9.3 s against 10.5 s when J took two passes
