@@ -174,6 +174,19 @@ def test_gradient_plan_streams_b_in_pairs_when_one_spin_does_not_fit():
         plan_gradient(sizes, 0.97 * smallest)
 
 
+def test_gradient_plan_fits_the_strips_into_a_device_memory():
+    """A device with its own memory (Device.memory_mb) smaller than one spin's B makes the sweep read B in
+    pairs of occupied blocks even when the host budget keeps everything in memory."""
+    from mp2trn.memory import ChannelShape, GradientSizes, plan_gradient
+
+    sizes = GradientSizes(nao=326, naux=1232, max_aux_shell=7, naux_jk=1606, max_jk_shell=9,
+                          channels=(ChannelShape(70, 70, 256),), itemsize=4)
+    assert plan_gradient(sizes, 8000).pair_block == 0
+    on_device = plan_gradient(sizes, 8000, device_mb=60)
+    assert on_device.stores_incore and 0 < on_device.pair_block < 35
+    assert 1232 * 2 * on_device.pair_block * 256 * 4 < 60e6
+
+
 def test_gradient_budget_too_small_is_refused_before_the_scf(monkeypatch):
     """A gradient whose smallest block cannot fit is refused before any SCF cycle, naming the budget that
     would fit; the same budget without --gradient runs (the energy alone fits it)."""
