@@ -297,9 +297,10 @@ class CpuDevice(Device):
         Row by row, LAPACK's ``stpttr`` copies the packed row into one triangle of a square (nao, nao) matrix
         (the row-major lower triangle is the column-major upper one), and ``ssymm`` multiplies it, reading
         that triangle only, by the occupied factor: Z_P = Cᵀ B_P, (nocc, nao), into the group of Z rows; one
-        ``ssyrk`` per group adds ZᵀZ (upper triangle, fp32) into K in fp64. No unpacking of the whole
-        square and no conversion at build time: single-threaded, one 400-row stretch of Inosine/cc-pVDZ's
-        tensor took 125 ms of CPU against 187 ms unpacking in fp64 and converting (2-core VM, loaded). J
+        ``ssyrk`` per group adds ZᵀZ (upper triangle, fp32) into K in fp64. No fp64 unpacking and no
+        conversion at build time: Inosine/cc-pVDZ on one BLAS thread, in that thread's CPU time, an fp32
+        build took 0.59 s against 0.83 s converting at every build, and the fp64 build 0.99 s (2-core VM at
+        load average 13, ``python scripts/bench_jk.py --parts --threads 1``). J
         as in fp64 builds: ρ_P = B_P·D and Σ_P ρ_P B_P over the fp64 rows, a few rows at a time so that
         the second pass reads them from cache. Everything runs on SciPy's BLAS pool (one pool at a time,
         :mod:`mp2trn.threads`).
@@ -407,9 +408,8 @@ class CpuDevice(Device):
 #: tensor rows unpacked and/or converted at a time (as fp64): a few MB, so that they are still in cache
 #: when the GEMMs read them (Inosine/cc-pVDZ: 4 rows, Cetirizine: 1)
 _UNPACK_CHUNK_BYTES = 4e6
-#: fp64 tensor rows J's two GEMVs read at a time: within a core's L2, so that the second pass reads them
-#: from cache (Inosine/cc-pVDZ, 4 rows of 0.43 MB: 66 ms for both passes on one thread against 85 ms for
-#: 9 rows and 76 ms for two passes over the whole tensor; 2-core VM, loaded)
+#: fp64 tensor rows J's two GEMVs read at a time: within a core's L2 (2 MB on the 2-core VM), so that the
+#: second pass reads them from cache
 _J_CHUNK_BYTES = 2e6
 #: the half-transformed rows gathered for one exchange syrk: its inner dimension (rows × nocc) in the
 #: thousands, the group a few MB (Cetirizine/cc-pVDZ: 38 rows)
