@@ -16,6 +16,9 @@ so the converged energy is that of fp64 builds. Every build's precision and time
     mf = scf.RHF(mol).density_fit()
     mp2trn.density_fit_jk(mf, device="cpu", precision="fp32").run()
     mf.with_df.jk_record()      # cycles, precision per build, seconds per build
+
+Three parts: :class:`DeviceJK` dispatches the builds, :class:`JKTensor` holds the tensor as they read it,
+:class:`CycleLog` records the cycles and builds under the :class:`PrecisionSchedule`.
 """
 
 from __future__ import annotations
@@ -92,46 +95,71 @@ class PrecisionSchedule:
             self.current = self.final
 
 
-class DeviceJK(df.DF):
-    """PySCF's density-fitting object with ``get_jk`` running on an mp2trn device.
+@dataclass
+class CycleLog:
+    """What the J/K stage did, cycle by cycle, under its :class:`PrecisionSchedule`: the precision of every SCF
+    cycle and of every build with its wall time; PySCF's convergence test held back while builds run in the
+    reduced precision."""
 
-    Made from an existing (built) ``df.DF`` by :func:`density_fit_jk`; everything else — the 3-index
-    tensor, ``loop``, the auxiliary basis — is PySCF's.
-    """
+    schedule: PrecisionSchedule
+    cycles: list[str] = field(default_factory=list)              # precision label per SCF cycle
+    builds: list[dict[str, Any]] = field(default_factory=list)   # {"precision", "seconds"} per J/K build
+    converged: bool = False
 
-    def setup(self, device: Device, schedule: PrecisionSchedule, max_memory: float, owned: bool,
-              comm: Comm | None = None) -> None:
-        self.device = device
-        self.comm = comm or Comm()  # several ranks: each builds J/K from its auxiliary rows, then an all-reduce
-        self.host = None  # a CPU device for builds in a precision the device has no J/K kernels for
-        self.schedule = schedule
-        self.budget = max_memory
-        self.owns_device = owned
-        self._blocks: list | None = None
-        self._blocks_dtype = None
-        self._full: np.ndarray | None = None
-        self._file = None   # the streamed tensor's file (TensorFile), False when it could not be built
-        self.tensor_source = "PySCF's tensor, streamed"
-        self.tensor_seconds = 0.0   # building the resident tensor (integrals and Cholesky), in the first build
-        self.builds: list[dict[str, Any]] = []
-        self.cycles: list[str] = []
-        self._converged = False
+    def add_build(self, label: str, seconds: float) -> None:
+        self.builds.append({"precision": label, "seconds": seconds})
+
+    def check_convergence(self, envs: dict[str, Any], label: str) -> bool:
+        """PySCF's ``check_convergence`` hook for a cycle whose builds ran as ``label``: record the cycle,
+        switch precision, and never report convergence while builds are in reduced precision.
+
+        After convergence PySCF runs one extra cycle (``conv_check``) and calls the hook again; that call
+        gets PySCF's own criterion for it (energy OR gradient, with the tolerances PySCF loosened) and is
+        not counted as a cycle."""
+        de, grad = abs(envs["e_tot"] - envs["last_hf_e"]), envs["norm_gorb"]
+        if self.converged:
+            return de < envs["conv_tol"] or grad < envs["conv_tol_grad"]
+        self.cycles.append(label)
+        reduced_cycles = sum(1 for c in self.cycles if not c.startswith(self.schedule.final.name))
+        if self.schedule.reduced:
+            self.schedule.update(envs["e_tot"], envs["last_hf_e"], reduced_cycles, grad)
+            return False
+        self.converged = de < envs["conv_tol"] and grad < envs["conv_tol_grad"]
+        return self.converged
+
+    def record(self) -> dict[str, Any]:
+        """Cycles and the precision of each, builds with their precisions and seconds (total, per build)."""
+        builds = self.builds
+        return {
+            "cycles": len(self.cycles),
+            "precision_per_cycle": list(self.cycles),
+            "jk_builds": len(builds),
+            "build_precisions": [b["precision"] for b in builds],
+            "jk_seconds": sum(b["seconds"] for b in builds),
+            "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
+        }
+
+
+class JKTensor:
+    """The SCF's fitted 3-index tensor as the device builds read it, for one SCF: resident (this rank's fp64
+    rows made once, and the device's blocks of them kept per precision) when it fits the budget, else
+    streamed block by block at every build. ``source`` is the PySCF density-fitting object: the molecule,
+    the auxiliary molecule, and PySCF's own tensor and ``loop`` where it has built one."""
+
+    def __init__(self, source: df.DF, budget_mb: float, comm: Comm, packed: bool):
+        self.source = source
+        self.budget = budget_mb
+        self.comm = comm
+        self.layout = "packed" if packed else "unpacked"   # of the last build's device
         self.streamed = False
-        self.layout = "packed" if device.jk_packed else "unpacked"
+        self.full: np.ndarray | None = None     # this rank's fp64 rows (resident)
+        self.kept: list | None = None           # the device blocks made from ``full``, for ``kept_for``
+        self.kept_for = None                    # (dtype, device name)
+        self.file = None   # the streamed tensor's file (TensorFile), False when it could not be built
+        self.how = "PySCF's tensor, streamed"   # how the rows were made (what-ran)
+        self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
 
-    # -- the tensor on the device ------------------------------------------------------------------
-    def _runs_on(self, mode: Precision) -> Device:
-        """The device of a build in ``mode``: ours when its J/K kernels run that precision, else the host CPU."""
-        if mode.name in (self.device.jk_precisions or self.device.supported_precisions):
-            return self.device
-        if self.host is None:
-            self.host = get_device("cpu", mode.name)
-        return self.host
-
-    def _label(self, mode: Precision) -> str:
-        return mode.name if self._runs_on(mode) is self.device else f"{mode.name} (host cpu)"
-
-    def _tensor_blocks(self, dtype: np.dtype, device: Device):
+    def blocks(self, dtype: np.dtype, device: Device):
         """Device blocks of the tensor in ``dtype``: kept when the tensor fits the budget, else streamed.
 
         The layout is the device's (:attr:`Device.jk_packed`): packed rows (μ ≥ ν, half the memory; the
@@ -143,13 +171,14 @@ class DeviceJK(df.DF):
         CPU). Streamed: PySCF builds its tensor (in its HDF5 file when it is large) and every build reads it
         block by block.
         """
-        if self._blocks is not None and self._blocks_dtype == (dtype, device.name):
-            return self._blocks
-        self._blocks = None  # a precision switch frees the old device copy first
-        nao = self.mol.nao_nr()
-        if self._cderi is None and self.auxmol is None:
-            self.auxmol = df.addons.make_auxmol(self.mol, self.auxbasis)
-        naux = self.auxmol.nao_nr() if self._cderi is None else self.get_naoaux()
+        if self.kept is not None and self.kept_for == (dtype, device.name):
+            return self.kept
+        self.kept = None  # a precision switch frees the old device copy first
+        src = self.source
+        nao = src.mol.nao_nr()
+        if src._cderi is None and src.auxmol is None:
+            src.auxmol = df.addons.make_auxmol(src.mol, src.auxbasis)
+        naux = src.auxmol.nao_nr() if src._cderi is None else src.get_naoaux()
         naux = balanced_counts(naux, self.comm.size)[self.comm.rank]   # this rank's rows
         packed = device.jk_packed
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
@@ -164,55 +193,56 @@ class DeviceJK(df.DF):
         if not resident:   # the next block is read (and unpacked) by a thread while this one is used
             mine = self._streamed_rows(naux, blksize)
             return prefetched(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype) for b in mine)
-        if self._full is None:
+        if self.full is None:
             t0 = time.perf_counter()
-            self._full = self._resident_tensor(nao, packed)
-            self.tensor_seconds += time.perf_counter() - t0
-        self._blocks = [device.jk_tensor(self._full[p0 : p0 + blksize], dtype)
-                        for p0 in range(0, self._full.shape[0], blksize)]
-        self._blocks_dtype = (dtype, device.name)
-        return self._blocks
+            self.full = self._resident_rows(nao, packed)
+            self.seconds += time.perf_counter() - t0
+        self.kept = [device.jk_tensor(self.full[p0 : p0 + blksize], dtype)
+                     for p0 in range(0, self.full.shape[0], blksize)]
+        self.kept_for = (dtype, device.name)
+        return self.kept
 
     def _streamed_rows(self, naux: int, blksize: int):
         """Packed row blocks of this rank's tensor for a streamed build: from mp2trn's own tensor file
         (:class:`~mp2trn.df.TensorFile`, written once per SCF, one contiguous read per block) when PySCF
         has not built its tensor and the run is one rank, else through PySCF's ``loop``."""
-        if self._cderi is None and self.comm.size == 1 and self._file is not False:
-            if self._file is None:
+        src = self.source
+        if src._cderi is None and self.comm.size == 1 and self.file is not False:
+            if self.file is None:
                 t0 = time.perf_counter()
-                self._file = TensorFile.build(self.mol, self.auxmol, chunk_mb=max(1.0, min(256.0, 0.1 * self.budget)))
-                self.tensor_seconds += time.perf_counter() - t0
-                if self._file is None:
-                    self._file = False   # not positive definite: PySCF's build handles that
-            if self._file:
-                self.tensor_source = "built by mp2trn into its scratch file"
-                return (self._file.rows(p0, min(naux, p0 + blksize)) for p0 in range(0, naux, blksize))
-        self.tensor_source = "PySCF's tensor"
-        return (b for k, b in enumerate(self.loop(blksize)) if k % self.comm.size == self.comm.rank)
+                self.file = TensorFile.build(src.mol, src.auxmol, chunk_mb=max(1.0, min(256.0, 0.1 * self.budget)))
+                self.seconds += time.perf_counter() - t0
+                if self.file is None:
+                    self.file = False   # not positive definite: PySCF's build handles that
+            if self.file:
+                self.how = "built by mp2trn into its scratch file"
+                return (self.file.rows(p0, min(naux, p0 + blksize)) for p0 in range(0, naux, blksize))
+        self.how = "PySCF's tensor"
+        return (b for k, b in enumerate(src.loop(blksize)) if k % self.comm.size == self.comm.rank)
 
-    def _resident_tensor(self, nao: int, packed: bool) -> np.ndarray:
+    def _resident_rows(self, nao: int, packed: bool) -> np.ndarray:
         """This rank's rows of the tensor, fp64, packed (naux_r, nao(nao+1)/2) or unpacked (naux_r, nao,
-        nao); ``self.tensor_source`` says how it was made."""
-        comm = self.comm
-        if self._cderi is None:
+        nao); ``self.how`` says how they were made."""
+        src, comm = self.source, self.comm
+        if src._cderi is None:
             chunk_mb = max(1.0, min(256.0, 0.1 * self.budget))   # the solve's row chunk, beside the tensor
-            full = cholesky_tensor(self.mol, self.auxmol, chunk_mb, packed=packed) if comm.size == 1 else \
-                cholesky_tensor_share(self.mol, self.auxmol, comm, chunk_mb, packed=packed)
+            full = cholesky_tensor(src.mol, src.auxmol, chunk_mb, packed=packed) if comm.size == 1 else \
+                cholesky_tensor_share(src.mol, src.auxmol, comm, chunk_mb, packed=packed)
             if full is not None:
-                self.tensor_source = "built by mp2trn in the device layout" + \
-                    (f", this rank's {full.shape[0]} of {self.auxmol.nao_nr()} rows" if comm.size > 1 else "")
+                self.how = "built by mp2trn in the device layout" + \
+                    (f", this rank's {full.shape[0]} of {src.auxmol.nao_nr()} rows" if comm.size > 1 else "")
                 return full
-            self.build()  # a metric that is not positive definite: PySCF's build handles that
-        starts = offsets(balanced_counts(self.get_naoaux(), comm.size))
+            src.build()  # a metric that is not positive definite: PySCF's build handles that
+        starts = offsets(balanced_counts(src.get_naoaux(), comm.size))
         lo, hi = starts[comm.rank], starts[comm.rank + 1]
-        if packed and isinstance(self._cderi, np.ndarray) and comm.size == 1:
-            self.tensor_source = "PySCF's tensor, as it is"
-            return self._cderi
-        self.tensor_source = "PySCF's tensor" + (", unpacked" if not packed else ", copied")
+        if packed and isinstance(src._cderi, np.ndarray) and comm.size == 1:
+            self.how = "PySCF's tensor, as it is"
+            return src._cderi
+        self.how = "PySCF's tensor" + (", unpacked" if not packed else ", copied")
         npair = nao * (nao + 1) // 2
         full = np.empty((hi - lo, npair) if packed else (hi - lo, nao, nao))
         p0 = 0
-        for b in self.loop():   # keep this rank's rows [lo, hi)
+        for b in src.loop():   # keep this rank's rows [lo, hi)
             a, z = max(p0, lo), min(p0 + len(b), hi)
             if a < z:
                 if packed:
@@ -223,11 +253,50 @@ class DeviceJK(df.DF):
         return full
 
     def release(self) -> None:
+        """Drop the rows, the device blocks and the streamed tensor's file."""
+        self.kept = self.full = None
+        if self.file:
+            self.file.close()
+        self.file = None
+
+    def record(self) -> dict[str, Any]:
+        """Seconds spent making the tensor, and whether it was resident or streamed, in which layout, how made."""
+        where = "streamed at every build" if self.streamed else "resident on the device"
+        return {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how})"}
+
+
+class DeviceJK(df.DF):
+    """PySCF's density-fitting object with ``get_jk`` running on an mp2trn device.
+
+    Made from an existing (built) ``df.DF`` by :func:`density_fit_jk`; everything else — the 3-index
+    tensor, ``loop``, the auxiliary basis — is PySCF's. This class dispatches the builds (which device runs
+    a precision, the blocks, the all-reduce over ranks); the tensor as the builds read it is its
+    :class:`JKTensor` (``tensor``), the cycles, builds and precision switch its :class:`CycleLog` (``log``).
+    """
+
+    def setup(self, device: Device, schedule: PrecisionSchedule, max_memory: float, owned: bool,
+              comm: Comm | None = None) -> None:
+        self.device = device
+        self.comm = comm or Comm()  # several ranks: each builds J/K from its auxiliary rows, then an all-reduce
+        self.host = None  # a CPU device for builds in a precision the device has no J/K kernels for
+        self.owns_device = owned
+        self.tensor = JKTensor(self, max_memory, self.comm, device.jk_packed)
+        self.log = CycleLog(schedule)
+
+    def _runs_on(self, mode: Precision) -> Device:
+        """The device of a build in ``mode``: ours when its J/K kernels run that precision, else the host CPU."""
+        if mode.name in (self.device.jk_precisions or self.device.supported_precisions):
+            return self.device
+        if self.host is None:
+            self.host = get_device("cpu", mode.name)
+        return self.host
+
+    def _label(self, mode: Precision) -> str:
+        return mode.name if self._runs_on(mode) is self.device else f"{mode.name} (host cpu)"
+
+    def release(self) -> None:
         """Free the device copy of the tensor (after the SCF) and the device when it is ours."""
-        self._blocks = self._full = None
-        if self._file:
-            self._file.close()
-        self._file = None
+        self.tensor.release()
         self.device.release_jk()
         if self.owns_device:
             self.device.close()
@@ -240,14 +309,14 @@ class DeviceJK(df.DF):
             raise InputError("mp2trn's device J/K builds handle Hermitian densities without range separation; "
                              "use the PySCF J/K (--scf-jk pyscf) for this calculation")
         t0 = time.perf_counter()
-        mode = self.schedule.current
+        mode = self.log.schedule.current
         device = self._runs_on(mode)
         dms = np.asarray(dm).reshape(-1, *np.shape(dm)[-2:])
         factors = density_factors(dm)
         nset, nao = dms.shape[0], dms.shape[-1]
         vj = np.zeros((nset, nao, nao)) if with_j else None
         vk = np.zeros((nset, nao, nao)) if with_k else None
-        for block in self._tensor_blocks(mode.compute, device):
+        for block in self.tensor.blocks(mode.compute, device):
             for k in range(nset):
                 j_part, k_part = device.jk_block(block, factors[k], dms[k], with_j, with_k)
                 if with_j:
@@ -258,44 +327,17 @@ class DeviceJK(df.DF):
             vj = None if vj is None else self.comm.allreduce(vj, "scf_jk")
             vk = None if vk is None else self.comm.allreduce(vk, "scf_jk")
         shape = np.shape(dm)
-        self.builds.append({"precision": self._label(mode), "seconds": time.perf_counter() - t0})
+        self.log.add_build(self._label(mode), time.perf_counter() - t0)
         return (None if vj is None else vj.reshape(shape)), (None if vk is None else vk.reshape(shape))
 
     def check_convergence(self, envs: dict[str, Any]) -> bool:
-        """PySCF's ``check_convergence`` hook: record the cycle, switch precision, and never report
-        convergence while builds are in reduced precision.
-
-        After convergence PySCF runs one extra cycle (``conv_check``) and calls the hook again; that call
-        gets PySCF's own criterion for it (energy OR gradient, with the tolerances PySCF loosened) and is
-        not counted as a cycle."""
-        de, grad = abs(envs["e_tot"] - envs["last_hf_e"]), envs["norm_gorb"]
-        if self._converged:
-            return de < envs["conv_tol"] or grad < envs["conv_tol_grad"]
-        self.cycles.append(self._label(self.schedule.current))
-        reduced_cycles = sum(1 for c in self.cycles if not c.startswith(self.schedule.final.name))
-        if self.schedule.reduced:
-            self.schedule.update(envs["e_tot"], envs["last_hf_e"], reduced_cycles, grad)
-            return False
-        self._converged = de < envs["conv_tol"] and grad < envs["conv_tol_grad"]
-        return self._converged
+        """PySCF's ``check_convergence`` hook (:meth:`CycleLog.check_convergence`)."""
+        return self.log.check_convergence(envs, self._label(self.log.schedule.current))
 
     def jk_record(self) -> dict[str, Any]:
-        """What the J/K stage did: device, cycles and the precision of each, seconds per build."""
-        builds = self.builds
-        return {
-            "jk": f"device {self.device.name}",
-            "device": self.device.name,
-            "cycles": len(self.cycles),
-            "precision_per_cycle": list(self.cycles),
-            "jk_builds": len(builds),
-            "build_precisions": [b["precision"] for b in builds],
-            "jk_seconds": sum(b["seconds"] for b in builds),
-            "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
-            "tensor_seconds": self.tensor_seconds,
-            "tensor": (f"streamed at every build ({self.layout}, {self.tensor_source})" if self.streamed else
-                       f"resident on the device ({self.layout}, {self.tensor_source})"),
-            **({"ranks": self.comm.size} if self.comm.size > 1 else {}),
-        }
+        """What the J/K stage did: device, cycles and the precision of each, seconds per build, the tensor."""
+        return {"jk": f"device {self.device.name}", "device": self.device.name, **self.log.record(),
+                **self.tensor.record(), **({"ranks": self.comm.size} if self.comm.size > 1 else {})}
 
 
 def precision_runs(cycles: list[str]) -> str:
@@ -366,5 +408,6 @@ def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = Non
     return mf
 
 
-__all__ = ["DeviceJK", "PrecisionSchedule", "density_factors", "density_fit_jk", "precision_runs"]
+__all__ = ["CycleLog", "DeviceJK", "JKTensor", "PrecisionSchedule", "density_factors", "density_fit_jk",
+           "precision_runs"]
 

@@ -64,7 +64,7 @@ def scf(rounds: int = 2) -> None:
                 t = time.perf_counter() - t0
             finally:
                 mp2trn.scf.one_blas_pool = held
-            builds = mf.with_df.builds
+            builds = mf.with_df.log.builds
             later = sum(b["seconds"] for b in builds[1:])
             print(f"SCF round {rnd + 1}, {label}: {t:.2f} s; first J/K build (makes the tensor) "
                   f"{builds[0]['seconds']:.2f} s, {len(builds) - 1} later builds {later:.2f} s, "

@@ -35,6 +35,7 @@ import numpy as np
 from pyscf import df, lib, scf
 
 from mp2trn.df import _shell_ranges, build_df, cholesky_tensor, reused_buffer
+from mp2trn.jk import DeviceJK
 from mp2trn.machine import machine_description
 from mp2trn.memory import prefaulted_empty
 from mp2trn.molecule import build_mole
@@ -188,7 +189,7 @@ def soscf(mol) -> None:
     late.kernel(early.mo_coeff, early.mo_occ)
     runs["DIIS to |g| < 1e-3, then newton()"] = (late, time.perf_counter() - t0)
     for label, (mf, seconds) in runs.items():
-        builds = len(mf.with_df.builds) if hasattr(mf.with_df, "builds") else None
+        builds = len(mf.with_df.log.builds) if isinstance(mf.with_df, DeviceJK) else None
         print(f"soscf {label}: {mf.cycles} cycles, {builds} J/K builds, {seconds:.1f} s, E = {mf.e_tot:.10f} "
               f"({mf.e_tot - runs['DIIS'][0].e_tot:+.1e} Eh vs DIIS)")
 

@@ -42,7 +42,7 @@ def scf_with_device_jk(mol, precision: str, device: str, switch_rel: float | Non
     t_tensor = time.perf_counter() - t0
     mf = density_fit_jk(mf, device=device, precision=precision, max_memory=default_memory_mb())
     if switch_rel is not None:   # the energy rule alone
-        sched = mf.with_df.schedule
+        sched = mf.with_df.log.schedule
         sched.switch_rel, sched.switch_grad, sched.min_reduced = switch_rel, 0.0, 10**9
     if grad_switch is not None:
         _switch_on_gradient(mf, grad_switch, reset_diis)
@@ -55,14 +55,15 @@ def _switch_on_gradient(mf, threshold: float, reset_diis: bool) -> None:
     """The precision switch on a bare gradient threshold (no stall rule, at most 40 fp32 cycles); the fp32
     cycles' gradient norms go to ``mf.with_df.gradients``; ``reset_diis`` clears DIIS at the switch."""
     jk = mf.with_df
-    jk.schedule = PrecisionSchedule(jk.schedule.start, switch_grad=threshold, min_reduced=10**9, max_reduced=40)
+    log = jk.log
+    log.schedule = PrecisionSchedule(log.schedule.start, switch_grad=threshold, min_reduced=10**9, max_reduced=40)
     jk.gradients = []
 
     def after_cycle(envs):   # PySCF calls it after check_convergence, where the schedule switched
-        if not jk.cycles[-1].startswith(jk.schedule.start.name):
+        if not log.cycles[-1].startswith(log.schedule.start.name):
             return
         jk.gradients.append(envs["norm_gorb"])
-        if reset_diis and not jk.schedule.reduced and envs.get("mf_diis") is not None:
+        if reset_diis and not log.schedule.reduced and envs.get("mf_diis") is not None:
             d = envs["mf_diis"]   # PySCF's DIIS has no public reset: clear its history
             d._buffer, d._bookkeep, d._head, d._H, d._xprev = {}, [], 0, None, None
 
@@ -80,9 +81,9 @@ def trace(mol, device: str) -> None:
         t0 = time.perf_counter()
         mf.kernel()
         t = time.perf_counter() - t0
-        print(f"\n{precision} SCF: {t:.1f} s, cycles {precision_runs(mf.with_df.cycles)}, E = {mf.e_tot:.10f}")
+        print(f"\n{precision} SCF: {t:.1f} s, cycles {precision_runs(mf.with_df.log.cycles)}, E = {mf.e_tot:.10f}")
         print("| cycle | precision | ΔE (Eh) | gradient norm |\n|---:|---|---:|---:|")
-        for (cycle, de, g), label in zip(rows, mf.with_df.cycles):
+        for (cycle, de, g), label in zip(rows, mf.with_df.log.cycles):
             print(f"| {cycle} | {label} | {de:+.2e} | {g:.2e} |")
 
 
@@ -103,7 +104,7 @@ def main() -> None:
         trace(mol, args.device)
         return
     mf, t_tensor, t_scf = scf_with_device_jk(mol, "fp64", args.device)
-    builds = [b["seconds"] for b in mf.with_df.builds]
+    builds = [b["seconds"] for b in mf.with_df.log.builds]
     print(f"PySCF 3-index tensor build: {t_tensor:.2f} s")
     print(f"fp64 SCF: {t_scf:.2f} s, {mf.cycles} cycles, {len(builds)} J/K builds; first build {builds[0]:.2f} s, "
           f"later builds median {statistics.median(builds[1:]):.3f} s")
@@ -112,7 +113,7 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|")
     for rel in args.sweep:
         mf, _, t = scf_with_device_jk(mol, "fp32", args.device, rel)
-        cyc = mf.with_df.cycles
+        cyc = mf.with_df.log.cycles
         print(f"| {rel:g} | {cyc.count('fp32')} | {len(cyc) - cyc.count('fp32')} | {t:.1f} | {mf.e_tot:.10f} |")
     if args.grad_sweep:
         print(f"\n| gradient switch (DIIS {'cleared' if args.reset_diis else 'kept'}) | fp32 cycles | fp64 cycles | "
@@ -120,7 +121,7 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|---|")
     for g in args.grad_sweep:
         mf, _, t = scf_with_device_jk(mol, "fp32", args.device, grad_switch=g, reset_diis=args.reset_diis)
-        cyc = mf.with_df.cycles
+        cyc = mf.with_df.log.cycles
         tail = " ".join(f"{x:.0e}" for x in mf.with_df.gradients[-4:])
         print(f"| {g:g} | {cyc.count('fp32')} | {len(cyc) - cyc.count('fp32')} | {t:.1f} | {mf.e_tot:.10f} | {tail} |")
 

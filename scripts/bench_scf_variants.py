@@ -167,25 +167,25 @@ def incremental(mol, repeat: int) -> None:
             _keep(best, "fp32, then fp64 reference + fp32 on ΔD", mf, _run(mf), None)
     for label, (seconds, mf, _) in best.items():
         _report(label, mf, seconds)
-        print(f"|  | builds: {precision_runs([b['precision'] for b in mf.with_df.builds])} | | | | | |")
+        print(f"|  | builds: {precision_runs([b['precision'] for b in mf.with_df.log.builds])} | | | | | |")
 
 
 def _gradient_switch(mf, threshold: float) -> list:
     """Switch on the orbital gradient alone; returns the list the reduced cycles' gradients go to."""
-    jk = mf.with_df
-    jk.schedule = PrecisionSchedule(jk.schedule.start, switch_grad=threshold, min_reduced=10**9, max_reduced=40)
+    log = mf.with_df.log
+    log.schedule = PrecisionSchedule(log.schedule.start, switch_grad=threshold, min_reduced=10**9, max_reduced=40)
     gradients: list = []
     mf.callback = lambda envs: gradients.append(envs["norm_gorb"]) \
-        if jk.cycles[-1].startswith(jk.schedule.start.name) else None
+        if log.cycles[-1].startswith(log.schedule.start.name) else None
     return gradients
 
 
 def _report(label: str, mf, seconds: float) -> None:
-    first, *later = mf.with_df.builds   # the first build also makes the tensor
+    first, *later = mf.with_df.log.builds   # the first build also makes the tensor
     means = {p: statistics.mean(b["seconds"] for b in later if b["precision"] == p)
              for p in sorted({b["precision"] for b in later})}
-    total = sum(b["seconds"] for b in mf.with_df.builds)
-    print(f"| {label} | {precision_runs(mf.with_df.cycles)} | {first['seconds']:.2f} | "
+    total = sum(b["seconds"] for b in mf.with_df.log.builds)
+    print(f"| {label} | {precision_runs(mf.with_df.log.cycles)} | {first['seconds']:.2f} | "
           + ", ".join(f"{p} {s:.3f}" for p, s in means.items()) + f" | {total:.1f} | {seconds:.1f} | {mf.e_tot:.10f} |",
           flush=True)
 

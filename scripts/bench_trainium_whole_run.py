@@ -182,7 +182,7 @@ def _time_pricing(dev) -> list[float]:
 
 
 def _build_seconds(mf) -> list[float]:
-    return [b["seconds"] for b in mf.with_df.builds]
+    return [b["seconds"] for b in mf.with_df.log.builds]
 
 
 def _machine() -> str:

@@ -102,7 +102,7 @@ def test_tensor_on_disk_and_streamed(references):
     assert not isinstance(mf.with_df._cderi, np.ndarray)  # a temporary HDF5 file, not an array
     mf = density_fit_jk(mf, max_memory=0.05)
     vj, vk = mf.get_jk(ref.mol, dm)
-    assert mf.with_df.streamed
+    assert mf.with_df.tensor.streamed
     assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
 
 
@@ -142,7 +142,7 @@ def test_tensor_sources_are_recorded(references, monkeypatch):
     mf = density_fit_jk(own)
     mf.get_jk(ref.mol, dm)
     assert "packed, PySCF's tensor, as it is" in mf.with_df.jk_record()["tensor"]
-    assert mf.with_df._full is own.with_df._cderi   # the packed tensor is read where it is: no copy
+    assert mf.with_df.tensor.full is own.with_df._cderi   # the packed tensor is read where it is: no copy
     unpacked = density_fit_jk(_fresh(ref), device=_UnpackedCpu())
     unpacked.with_df.build()
     unpacked.get_jk(ref.mol, dm)
@@ -174,8 +174,8 @@ def test_packed_builds_equal_unpacked(references, name, precision, tol, chunks, 
     packed = density_fit_jk(_fresh(ref), device=get_device("cpu", precision))
     unpacked = density_fit_jk(_fresh(ref), device=_UnpackedCpu(precision))
     (vj1, vk1), (vj0, vk0) = packed.get_jk(ref.mol, dm), unpacked.get_jk(ref.mol, dm)
-    assert packed.with_df.layout == "packed" and unpacked.with_df.layout == "unpacked"
-    assert packed.with_df._full.ndim == 2 and unpacked.with_df._full.ndim == 3
+    assert packed.with_df.tensor.layout == "packed" and unpacked.with_df.tensor.layout == "unpacked"
+    assert packed.with_df.tensor.full.ndim == 2 and unpacked.with_df.tensor.full.ndim == 3
     scale = 1.0 if precision == "fp64" else max(np.abs(vj0).max(), np.abs(vk0).max())
     assert np.abs(vj1 - vj0).max() <= tol * scale and np.abs(vk1 - vk0).max() <= tol * scale
     bare_j, bare_k = packed.get_jk(ref.mol, np.asarray(dm))   # eigen-factors of a bare density
@@ -191,7 +191,7 @@ def test_streamed_equals_resident(references):
     resident = density_fit_jk(_fresh(ref))
     streamed = density_fit_jk(_fresh(ref), max_memory=0.2)
     (vj1, vk1), (vj0, vk0) = streamed.get_jk(ref.mol, dm), resident.get_jk(ref.mol, dm)
-    assert streamed.with_df.streamed and not resident.with_df.streamed
+    assert streamed.with_df.tensor.streamed and not resident.with_df.tensor.streamed
     assert "built by mp2trn into its scratch file" in streamed.with_df.jk_record()["tensor"]
     assert np.abs(vj1 - vj0).max() < 1e-12 and np.abs(vk1 - vk0).max() < 1e-12
     streamed.with_df.release()
@@ -292,7 +292,7 @@ def test_cycles_are_counted_as_pyscf_counts_them():
     mf = density_fit_jk(scf.RHF(mol).density_fit(), precision="fp32")
     mf.conv_tol, mf.verbose = 1e-10, 0
     mf.kernel()
-    assert mf.converged and len(mf.with_df.cycles) == mf.cycles
+    assert mf.converged and len(mf.with_df.log.cycles) == mf.cycles
 
 
 @pytest.mark.parametrize("name", ["water", "hydroxyl"])
@@ -393,12 +393,12 @@ def test_fp32_copy_is_made_once_per_scf(references):
     dm = ref.make_rdm1()
     mf = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp32"))
     first = mf.get_jk(ref.mol, dm)
-    blocks = mf.with_df._blocks
+    blocks = mf.with_df.tensor.kept
     assert blocks and all(isinstance(b, _Fp32Copy) for b in blocks)
     second = mf.get_jk(ref.mol, dm)
-    assert mf.with_df._blocks is blocks and all(np.array_equal(a, b) for a, b in zip(first, second))
-    mf.with_df.schedule.current = mf.with_df.schedule.final
+    assert mf.with_df.tensor.kept is blocks and all(np.array_equal(a, b) for a, b in zip(first, second))
+    mf.with_df.log.schedule.current = mf.with_df.log.schedule.final
     vj, vk = mf.get_jk(ref.mol, dm)
-    assert not any(isinstance(b, _Fp32Copy) for b in mf.with_df._blocks)
+    assert not any(isinstance(b, _Fp32Copy) for b in mf.with_df.tensor.kept)
     vj0, vk0 = ref.get_jk(ref.mol, dm)
     assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
