@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 from pyscf import gto, scf
+from pyscf.lib.parameters import BOHR
 from pyscf.soscf.newton_ah import gen_g_hop_rohf
 from typer.testing import CliRunner
 
@@ -189,3 +190,38 @@ def test_cli_and_qcschema_gradient_with_rohf(tmp_path):
     assert result.extras["mp2trn"]["reference"] == "ROHF"
     qc = np.asarray(result.return_result).reshape(2, 3)
     assert abs(qc[1, 2] + qc[0, 2]) < 1e-8 and abs(qc[1, 2]) > 1e-3
+
+
+def test_gradient_over_two_ranks_equals_one_rank(tmp_path):
+    """Two ranks (torchrun, gloo): each runs its share of the pair strips and derivative blocks, the ROHF
+    response is solved on both alike; the gradient is the one-rank gradient."""
+    from .test_parallel import _launch
+
+    out = tmp_path / "hydroxyl.json"
+    proc = _launch(["-m", "mp2trn", "run", str(molecule_path("hydroxyl")), "--reference", "rohf", "--gradient",
+                    "--frozen-core", "auto", "--json", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert "2 ranks" in doc["extras"]["mp2trn"]["gradient"] and doc["extras"]["mp2trn"]["reference"] == "ROHF"
+    one = mp2trn.run(molecule_path("hydroxyl"), reference="rohf", gradient=True, frozen="auto")
+    assert np.max(np.abs(np.asarray(doc["return_result"]) - one.gradient.ravel())) <= 1e-9
+
+
+def test_frequencies_of_a_radical_with_rohf(tmp_path):
+    """mp2trn.run(hessian=True) with reference rohf on NH2 (doublet, no degenerate state): the Hessian of
+    the ROHF-MBPT(2) gradients is symmetric and its N z diagonal element is the energies' second difference."""
+    xyz = tmp_path / "nh2.xyz"
+    xyz.write_text("3\nNH2 radical multiplicity=2\nN 0.0 0.0 0.15\nH 0.0 0.80 -0.40\nH 0.0 -0.80 -0.40\n")
+    result = mp2trn.run(xyz, basis="6-31g", reference="rohf", hessian=True)
+    hess = result.frequencies.hessian
+    assert result.reference == "ROHF" and len(result.frequencies.vibrations.frequencies_cm1) == 3
+    assert hess.asymmetry < 1e-4                                     # measured 2.5e-5 (UHF: 7.5e-5)
+    h, coords = hess.step, hess.coords
+    energies = []
+    for sign in (1, -1):
+        moved = coords.copy()
+        moved[0, 2] += sign * h
+        lines = [f"{s} {x:.12f} {y:.12f} {z:.12f}" for s, (x, y, z) in zip("NHH", moved * BOHR)]
+        energies.append(mp2trn.run("\n".join(["3", "multiplicity=2", *lines]), basis="6-31g", reference="rohf").e_tot)
+    second = (energies[0] - 2 * hess.reference.energy + energies[1]) / h ** 2
+    assert abs(second - hess.hessian[2, 2]) < 2e-4
