@@ -163,12 +163,19 @@ class Device(ABC):
         (its copy of the blocks); the memory plan of the SCF counts them."""
         return np.dtype(dtype).itemsize
 
-    def jk_tensor(self, block: np.ndarray, dtype: np.dtype) -> Any:
+    #: whether the builds can do without that copy, reading the host rows as they go (slower), when the
+    #: SCF's plan has room for the resident host tensor but not for the copy beside it (the CPU's fp32
+    #: copy); a device whose copy is its working tensor (GPU, NeuronCore) cannot
+    jk_copy_optional: bool = False
+
+    def jk_tensor(self, block: np.ndarray, dtype: np.dtype, keep_copy: bool = True) -> Any:
         """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
 
         block: fp64 rows B_P (each symmetric), a view into the host tensor: (p, nao(nao+1)/2) packed when
-        :attr:`jk_packed`, else (p, nao, nao); dtype: the arithmetic of the builds that will use it. Returns
-        a device-side handle for :meth:`jk_block` (on the CPU, a view or a note to convert as it reads).
+        :attr:`jk_packed`, else (p, nao, nao); dtype: the arithmetic of the builds that will use it;
+        keep_copy: False only for a device with :attr:`jk_copy_optional`, when the plan has no room for its
+        copy. Returns a device-side handle for :meth:`jk_block` (on the CPU, a view, an fp32 copy, or a note
+        to convert as it reads).
         """
         raise NotImplementedError(f"device {self.name!r} has no J/K stage")
 

@@ -168,14 +168,17 @@ class CpuDevice(Device):
         # tensor as it is
         return 4 if self.jk_packed and np.dtype(dtype) == np.float32 else 0
 
-    def jk_tensor(self, block, dtype):
+    #: without room for the fp32 copy, fp32 builds convert the host rows as they read them
+    jk_copy_optional = True
+
+    def jk_tensor(self, block, dtype, keep_copy=True):
         # fp64: the host block itself. fp32, packed: an fp32 copy of the packed rows, made here once per
         # SCF (Inosine/cc-pVDZ: 0.34 GB beside the 0.68 GB fp64 tensor), which the builds unpack with
         # LAPACK's ?tpttr and multiply with ssymm (_jk_fp32_copy): converting at every build cost as much
-        # as the half-transform itself (``python scripts/bench_jk.py --parts``). fp32, unpacked layout:
-        # converted a few rows at a time at every build (_jk_rows)
+        # as the half-transform itself (``python scripts/bench_jk.py --parts``). fp32, unpacked layout, or
+        # no room for the copy (keep_copy False): converted a few rows at a time at every build (_jk_rows)
         dtype = np.dtype(dtype)
-        if block.ndim == 2 and dtype == np.float32:
+        if block.ndim == 2 and dtype == np.float32 and keep_copy:
             t0 = self._clock()
             copy = np.empty(block.shape, np.float32)
             np.copyto(copy, block, casting="same_kind")

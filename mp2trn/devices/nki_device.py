@@ -233,7 +233,7 @@ class NkiDevice(Device):
     has_jk = True
     jk_precisions = ("fp32",)
 
-    def jk_tensor(self, block, dtype):
+    def jk_tensor(self, block, dtype, keep_copy=True):   # the copy is the working tensor: always kept
         p = block.shape[0]
         rows = self._bucket(("scf_jk", block.shape[1]), p)
         return _pad_rows(np.asarray(block, dtype=F32), rows)     # (rows, nao, nao): the kernels run fp32

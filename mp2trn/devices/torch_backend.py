@@ -74,7 +74,7 @@ class TorchDevice(Device):
     # -- SCF J/K: the tensor stays on the GPU for the whole SCF when it fits (mp2trn.jk decides) ----------
     has_jk = True
 
-    def jk_tensor(self, block, dtype):
+    def jk_tensor(self, block, dtype, keep_copy=True):   # the copy is the working tensor: always kept
         return self.torch.as_tensor(block, device=self.device).to(self._torch_dtype(dtype))
 
     def jk_block(self, block, factors, dm, with_j, with_k):
