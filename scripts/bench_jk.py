@@ -28,11 +28,13 @@ from pathlib import Path
 import numpy as np
 from pyscf import scf
 
-from mp2trn.devices.cpu import CpuDevice
+from mp2trn.devices import get_device
+from mp2trn.devices.cpu import CpuDevice, _Cast, nao_of_pairs
 from mp2trn.jk import density_fit_jk
 from mp2trn.machine import machine_description
 from mp2trn.memory import default_memory_mb
 from mp2trn.molecule import build_mole
+from mp2trn.roofline import GEMM_N, measure_gemm_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +52,6 @@ def cast_costs(mol, rows: int = 256) -> None:
     """An fp32 build from the fp64 tensor: the cost of a kept fp32 copy (once per SCF), and seconds per
     build converting each 256-row block whole into a reused buffer before its GEMMs (what the cpu device
     did until 2026-11-23) against the cpu device's build, which converts a few rows at a time."""
-    from mp2trn.devices import get_device
     from mp2trn.df import cholesky_tensor
     from pyscf import df
 
@@ -90,14 +91,16 @@ def cast_costs(mol, rows: int = 256) -> None:
           f"time) {t_device:.3f} s; {machine_description()}")
 
 
-def part_costs(mol, precisions: list[str], repeat: int) -> None:
+def part_costs(mol, precisions: list[str], repeat: int, threads: int | None) -> None:
     """Where the time of a packed build goes: the tensor build (integrals and triangular solve) once, then
     for each precision the cpu device's own builds (``CpuDevice.time_jk_parts``: the pieces timed inside
     the J/K core as a run executes them) — unpacking, fp32 conversion or copy, the half-transform
     Z = Cᵀ B_P, the exchange syrk, J's two passes — with each piece's seconds per build, GFLOP/s where it
     does arithmetic, and share of the build; "rest" is the build's wall time outside the timed pieces
     (Python, the block loop, J's unpack). CPU seconds (all threads) beside wall seconds: on a loaded machine
-    their ratio says how much of the cores the build had."""
+    their ratio says how much of the cores the build had. With ``threads`` 1 (``--threads 1``) every piece
+    and the GEMM rates are timed in this thread's CPU time, which a loaded machine disturbs far less than
+    wall time: the shares are then one core's, measured within one run."""
     from pyscf import df
     from scipy.linalg import blas as scipy_blas
 
@@ -126,8 +129,15 @@ def part_costs(mol, precisions: list[str], repeat: int) -> None:
           f"of the build (the rest: integrals and copies)")
     del rhs
     dm = _guess_density(mol)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    rates = {p: measure_gemm_rate(np.float32 if p == "fp32" else np.float64, clock=clock) for p in ("fp64", "fp32")}
+    print(f"GEMM {GEMM_N}³ in this run ({'one BLAS thread, CPU time of this thread' if threads == 1 else 'wall time'}): "
+          f"DGEMM {rates['fp64']:.0f}, SGEMM {rates['fp32']:.0f} GFLOP/s")
     for precision in precisions:
-        _print_parts(mol, dm, packed, precision, repeat)
+        _print_parts(mol, dm, get_device("cpu", precision), packed, precision, repeat, clock, rates[precision])
+        if precision == "fp32":   # the same build as before the fp32 copy, for the ratio within this run
+            _print_parts(mol, dm, ConvertingCpu(precision), packed, "fp32, converted at every build (before the copy)",
+                         repeat, clock, rates[precision])
 
 
 def _guess_density(mol):
@@ -143,37 +153,37 @@ _PIECE_FLOPS = {"half-transform Z = C^T B_P": 2.0, "syrk K += Z^T Z": 1.0, "J: r
                 "J: sum_P rho_P B_P": None}
 
 
-def _print_parts(mol, dm, packed: np.ndarray, precision: str, repeat: int) -> None:
-    """One precision's packed builds on the cpu device, piece by piece (best build of ``repeat``)."""
-    from mp2trn.devices import get_device
-
-    dev = get_device("cpu", precision)
+def _print_parts(mol, dm, dev: CpuDevice, packed: np.ndarray, label: str, repeat: int, clock, gemm_rate: float) -> None:
+    """Packed builds on ``dev``, piece by piece (the best build of ``repeat``), timed by ``clock``."""
     mf = density_fit_jk(scf.RHF(mol).density_fit(), device=dev, max_memory=default_memory_mb())
     mf.with_df.tensor.full = packed   # the tensor just built: the first build makes only the device's blocks
-    parts = dev.time_jk_parts()
+    parts = dev.time_jk_parts(clock)
     mf.get_jk(mol, dm)
     once = {k: v for k, v in parts.items() if "once" in k}
     best_wall, best_parts, best_cpu = float("inf"), {}, 0.0
     for _ in range(repeat):
-        parts = dev.time_jk_parts()
-        c0, t0 = time.process_time(), time.perf_counter()
+        parts = dev.time_jk_parts(clock)
+        c0, t0 = time.process_time(), clock()
         mf.get_jk(mol, dm)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        wall, cpu = clock() - t0, time.process_time() - c0
         if wall < best_wall:
             best_wall, best_parts, best_cpu = wall, dict(parts), cpu
     naux, nao, nocc = packed.shape[0], mol.nao_nr(), mol.nelectron // 2
-    print(f"\n{precision} packed build: {best_wall:.3f} s wall, {best_cpu:.3f} s CPU (all threads), "
-          f"best of {repeat}; {4.0 * naux * nao * nao * nocc / best_wall / 1e9:.0f} GFLOP/s counted as K's 4·naux·nao²·nocc")
-    print("| piece | s per build | GFLOP/s | share of the build |")
-    print("|---|---:|---:|---:|")
+    flops = 3.0 * naux * nao * nao * nocc
+    print(f"\n{label} packed build: {best_wall:.3f} s by the clock, {best_cpu:.3f} s CPU (all threads), best of "
+          f"{repeat}; K's Z and syrk (3·naux·nao²·nocc) at {flops / best_wall / 1e9:.0f} GFLOP/s, "
+          f"{flops / best_wall / 1e9 / gemm_rate:.0%} of the GEMM rate {gemm_rate:.0f}")
+    print("| piece | s per build | GFLOP/s | of the GEMM rate | share of the build |")
+    print("|---|---:|---:|---:|---:|")
     for piece, seconds in sorted(best_parts.items(), key=lambda kv: -kv[1]):
         factor = _PIECE_FLOPS.get(piece)
-        rate = f"{factor * naux * nao * nao * nocc / seconds / 1e9:.0f}" if factor and seconds > 0 else "-"
-        print(f"| {piece} | {seconds:.3f} | {rate} | {seconds / best_wall:.0%} |")
+        rate = factor * naux * nao * nao * nocc / seconds / 1e9 if factor and seconds > 0 else None
+        cells = f"{rate:.0f} | {rate / gemm_rate:.0%}" if rate else "- | -"
+        print(f"| {piece} | {seconds:.3f} | {cells} | {seconds / best_wall:.0%} |")
     rest = best_wall - sum(best_parts.values())
-    print(f"| rest (Python, block loop, J unpack) | {rest:.3f} | - | {rest / best_wall:.0%} |")
+    print(f"| rest (Python, block loop, J unpack) | {rest:.3f} | - | - | {rest / best_wall:.0%} |")
     for piece, seconds in once.items():
-        print(f"| {piece} | {seconds:.3f} | - | (not in the build) |")
+        print(f"| {piece} | {seconds:.3f} | - | - | (not in the build) |")
     mf.with_df.release()
 
 
@@ -198,6 +208,8 @@ def main() -> None:
     ap.add_argument("--layouts", action="store_true", help="also time the unpacked tensor layout")
     ap.add_argument("--stream", action="store_true", help="only time streamed builds from PySCF's HDF5 tensor")
     ap.add_argument("--parts", action="store_true", help="only time the pieces of the packed builds")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="hold every BLAS pool to this many threads (1: --parts times CPU time, for a loaded machine)")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     if args.peak:
@@ -209,8 +221,12 @@ def main() -> None:
     if args.stream:
         stream_costs(mol, args.precision, args.repeat)
         return
+    if args.threads:   # every BLAS pool held to this many threads (1: the pieces in this thread's CPU time)
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)
     if args.parts:
-        part_costs(mol, args.precision, args.repeat)
+        part_costs(mol, args.precision, args.repeat, args.threads)
         return
     ref = scf.RHF(mol).density_fit()
     ref.with_df.build()
@@ -243,6 +259,19 @@ class UnpackedCpu(CpuDevice):
     """The cpu device reading the unpacked (naux, nao, nao) tensor, as it did before the packed layout."""
 
     jk_packed = False
+
+
+class ConvertingCpu(CpuDevice):
+    """The cpu device as it was before the fp32 copy: fp32 builds convert the packed fp64 rows a few at a
+    time at every build (and keep no copy)."""
+
+    def jk_copy_itemsize(self, dtype) -> int:
+        return 0
+
+    def jk_tensor(self, block, dtype):
+        if block.ndim == 2 and np.dtype(dtype) == np.float32:
+            return _Cast(block, np.dtype(dtype), nao_of_pairs(block.shape[1]))
+        return super().jk_tensor(block, dtype)
 
 
 def stream_costs(mol, precisions: list[str], repeat: int) -> None:
