@@ -225,3 +225,24 @@ def test_frequencies_of_a_radical_with_rohf(tmp_path):
         energies.append(mp2trn.run("\n".join(["3", "multiplicity=2", *lines]), basis="6-31g", reference="rohf").e_tot)
     second = (energies[0] - 2 * hess.reference.energy + energies[1]) / h ** 2
     assert abs(second - hess.hessian[2, 2]) < 2e-4
+
+
+def test_out_of_core_and_generic_jk_gradient_equals_in_memory(monkeypatch):
+    """Every array the gradient's plan can stream streamed in the smallest blocks, and the response's products
+    as the SCF's generic J/K builds instead of the occupied-factor products: the ROHF gradient and relaxed
+    density of the in-memory run to 1e-10."""
+    from dataclasses import replace
+
+    import mp2trn.grad.dfmp2 as grad_dfmp2
+
+    mol = _mol(METHYLENE_TRIPLET, 2, "6-31g")
+    in_memory = _run(mol, gradient=True, frozen="auto")
+    assert "occupied-factor" in in_memory.what_ran["gradient_jk"]
+    plan = grad_dfmp2.plan_gradient
+    monkeypatch.setattr(grad_dfmp2, "plan_gradient", lambda *a, **k: replace(
+        plan(*a, **k), stores_incore=False, strip_block=1, pair_block=1, metric_cols=7, ri_aux_block=1,
+        response_factors=False, jk_half_incore=False, jk_columns=1, jk_aux_block=1))
+    streamed = _run(mol, gradient=True, frozen="auto")
+    assert streamed.what_ran["gradient_out_of_core"] and "J/K builds" in streamed.what_ran["gradient_jk"]
+    assert np.max(np.abs(streamed.gradient - in_memory.gradient)) < 1e-10
+    assert np.max(np.abs(streamed.densities.dm_relaxed - in_memory.densities.dm_relaxed)) < 1e-10

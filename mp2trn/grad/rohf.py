@@ -163,8 +163,10 @@ def solve_zvector(products: Products, chans: list[Channel], space: RohfSpace, la
     n = lag.size
     diag = hessian_diagonal(space)
     diag = np.where(np.abs(diag) > 1e-8, diag, 1e-8)
-    op = scipy.sparse.linalg.LinearOperator((n, n), matvec=lambda v: hessian_product(products, chans, space, v))
-    pre = scipy.sparse.linalg.LinearOperator((n, n), matvec=lambda v: v / diag)
+    # dtype given: SciPy would otherwise probe it with one more (J/K-building) product of a zero vector
+    op = scipy.sparse.linalg.LinearOperator((n, n), matvec=lambda v: hessian_product(products, chans, space, v),
+                                            dtype=np.float64)
+    pre = scipy.sparse.linalg.LinearOperator((n, n), matvec=lambda v: v / diag, dtype=np.float64)
     count = [0]
 
     def tick(_):
