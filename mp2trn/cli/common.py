@@ -96,8 +96,8 @@ class Reference(str, Enum):
 
 
 ReferenceFlag = Annotated[Optional[Reference], typer.Option("--reference", help=(
-    "SCF reference: rhf, uhf, or rohf (ROHF-MBPT(2): semicanonical orbitals + singles, no spin contamination; "
-    "energies only). Default: rhf for closed shells, uhf for open shells."))]
+    "SCF reference: rhf, uhf, or rohf (ROHF-MBPT(2): semicanonical orbitals + singles, no spin contamination). "
+    "Default: rhf for closed shells, uhf for open shells."))]
 FrozenCore = Annotated[str, typer.Option("--frozen-core", help="auto (noble-gas cores), none, or a number of orbitals.")]
 ScfDf = Annotated[bool, typer.Option("--scf-df/--no-scf-df", help="Density-fitted SCF (JK-fit basis) or conventional.")]
 JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help=(
