@@ -265,6 +265,6 @@ class DFMP2:
 
     def make_rdm1(self, relaxed: bool = True) -> np.ndarray:
         """The MP2 one-particle density in the AO basis (SCF part included): spin-summed (nao, nao) for RHF,
-        (α, β) as (2, nao, nao) for UHF; ``relaxed`` includes the orbital response (Z-vector)."""
+        (α, β) as (2, nao, nao) for UHF and ROHF; ``relaxed`` includes the orbital response (Z-vector)."""
         out = self.gradient_result(derivatives=False)
         return out.dm_relaxed if relaxed else out.dm_unrelaxed
