@@ -57,20 +57,20 @@ def measure(xyz: Path, basis: str, budget_mb: float, gradient: bool) -> dict:
             "gradient_memory": what.get("gradient_memory"), "gradient_jk": what.get("gradient_jk")}
 
 
-def records() -> dict[tuple, dict]:
+def records(path: Path = RECORDS) -> dict[tuple, dict]:
     """The latest record of every (molecule, basis, mode, budget)."""
     out: dict[tuple, dict] = {}
-    if RECORDS.exists():
-        for line in RECORDS.read_text().splitlines():
+    if path.exists():
+        for line in path.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
                 out[(r["molecule"], r["basis"], r["mode"], r["budget_mb"])] = r
     return out
 
 
-def append(record: dict) -> None:
-    text = RECORDS.read_text() if RECORDS.exists() else ""
-    write_text_atomic(RECORDS, text + json.dumps(record) + "\n")
+def append(record: dict, path: Path = RECORDS) -> None:
+    text = path.read_text() if path.exists() else ""
+    write_text_atomic(path, text + json.dumps(record) + "\n")
 
 
 def streamed(r: dict) -> str:
@@ -116,6 +116,7 @@ def main() -> None:
     ap.add_argument("--budgets", type=float, nargs="+", default=[500, 1000, 2000, 4000])
     ap.add_argument("--modes", nargs="+", choices=["energy", "gradient"], default=["energy", "gradient"])
     ap.add_argument("--report", action="store_true", help="only rewrite the docs table from the records")
+    ap.add_argument("--records", type=Path, default=RECORDS, help="the records file (one JSON line per run)")
     args = ap.parse_args()
     if not args.report:
         machine = machine_description()
@@ -126,10 +127,10 @@ def main() -> None:
                     got = measure(xyz, basis, budget, mode == "gradient")
                     rec = {"molecule": label, "basis": basis, "mode": mode, "budget_mb": budget, "machine": machine,
                            **got}
-                    append(rec)
+                    append(rec, args.records)
                     print(f"{label:>10} {mode:>8} {budget:6.0f} MB: peak {got['peak_mb']:7.0f} MB, "
                           f"{got['wall_s']:7.1f} s, streamed: {streamed(got)}", flush=True)
-    text = table(records())
+    text = table(records(args.records))
     print(text)
     if DOC.exists() and BEGIN in DOC.read_text():
         replace_marked_block(DOC, BEGIN, END, text)
