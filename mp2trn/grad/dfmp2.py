@@ -187,10 +187,11 @@ def check_budget_before_scf(mol, rifit_auxmol, jk_auxbasis: str | dict, itemsize
 
 
 def _release_scf_tensor(mf) -> None:
-    """Free the SCF J/K stage's copy of its tensor (it made it again for the response's J/K builds)."""
+    """Free the SCF J/K stage's tensor (made again for the response's J/K builds; a later build makes it
+    anew), leaving its device open."""
     from ..jk import DeviceJK
     if isinstance(mf.with_df, DeviceJK):
-        mf.with_df.release()
+        mf.with_df.tensor.release()
 
 
 class Gradients:
