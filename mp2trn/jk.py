@@ -158,6 +158,7 @@ class JKTensor:
         self.file = None   # the streamed tensor's file (TensorFile), False when it could not be built
         self.how = "PySCF's tensor, streamed"   # how the rows were made (what-ran)
         self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
+        self.copy_left_out = False   # the last blocks made without the device's optional copy (no room)
 
     def blocks(self, dtype: np.dtype, device: Device):
         """Device blocks of the tensor in ``dtype``: kept when the tensor fits the budget, else streamed.
@@ -167,8 +168,10 @@ class JKTensor:
         the fp64 host tensor is made once per SCF — built straight into that layout
         (:func:`mp2trn.df.cholesky_tensor`) when PySCF has not built its own, else taken from PySCF's
         (packed: as it is; unpacked: unpacked once) — and the device blocks are made from it. The plan
-        counts the host tensor and the copy the device keeps (:meth:`Device.jk_copy_itemsize`; none on the
-        CPU). Streamed: PySCF builds its tensor (in its HDF5 file when it is large) and every build reads it
+        counts the host tensor and the copy the device keeps (:meth:`Device.jk_copy_itemsize`; on the CPU
+        the fp32 builds' packed fp32 copy); a device whose copy is optional (:attr:`Device.jk_copy_optional`)
+        keeps the tensor resident without it when only the copy does not fit, and converts as it reads.
+        Streamed: PySCF builds its tensor (in its HDF5 file when it is large) and every build reads it
         block by block.
         """
         if self.kept is not None and self.kept_for == (dtype, device.name):
@@ -183,7 +186,13 @@ class JKTensor:
         packed = device.jk_packed
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
         copy = device.jk_copy_itemsize(dtype)
-        resident = naux * per_row * (8 + copy) <= _RESIDENT_SHARE * self.budget * 1e6
+
+        def fits(bytes_per_element: int) -> bool:
+            return naux * per_row * bytes_per_element <= _RESIDENT_SHARE * self.budget * 1e6
+
+        resident, self.copy_left_out = fits(8 + copy), False
+        if not resident and copy and device.jk_copy_optional and fits(8):   # the tensor fits, its copy beside it not
+            resident, self.copy_left_out, copy = True, True, 0
         # a streamed block: the rows read (fp64), unpacked for the device if it takes them so, its copy;
         # two blocks are alive at once (the one in use and the one the reader thread makes)
         per_aux = per_row * 8 + (0 if packed else nao * nao * 8) + per_row * copy
@@ -197,7 +206,7 @@ class JKTensor:
             t0 = time.perf_counter()
             self.full = self._resident_rows(nao, packed)
             self.seconds += time.perf_counter() - t0
-        self.kept = [device.jk_tensor(self.full[p0 : p0 + blksize], dtype)
+        self.kept = [device.jk_tensor(self.full[p0 : p0 + blksize], dtype, keep_copy=not self.copy_left_out)
                      for p0 in range(0, self.full.shape[0], blksize)]
         self.kept_for = (dtype, device.name)
         return self.kept
@@ -262,7 +271,9 @@ class JKTensor:
     def record(self) -> dict[str, Any]:
         """Seconds spent making the tensor, and whether it was resident or streamed, in which layout, how made."""
         where = "streamed at every build" if self.streamed else "resident on the device"
-        return {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how})"}
+        left_out = "; no room for the device's reduced-precision copy: converted at every build" \
+            if self.copy_left_out else ""
+        return {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})"}
 
 
 class DeviceJK(df.DF):

@@ -29,7 +29,7 @@ import numpy as np
 from pyscf import scf
 
 from mp2trn.devices import get_device
-from mp2trn.devices.cpu import CpuDevice, _Cast, nao_of_pairs
+from mp2trn.devices.cpu import CpuDevice
 from mp2trn.jk import density_fit_jk
 from mp2trn.machine import machine_description
 from mp2trn.memory import default_memory_mb
@@ -268,10 +268,8 @@ class ConvertingCpu(CpuDevice):
     def jk_copy_itemsize(self, dtype) -> int:
         return 0
 
-    def jk_tensor(self, block, dtype):
-        if block.ndim == 2 and np.dtype(dtype) == np.float32:
-            return _Cast(block, np.dtype(dtype), nao_of_pairs(block.shape[1]))
-        return super().jk_tensor(block, dtype)
+    def jk_tensor(self, block, dtype, keep_copy=True):
+        return super().jk_tensor(block, dtype, keep_copy=False)
 
 
 def stream_costs(mol, precisions: list[str], repeat: int) -> None:

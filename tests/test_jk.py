@@ -402,3 +402,32 @@ def test_fp32_copy_is_made_once_per_scf(references):
     assert not any(isinstance(b, _Fp32Copy) for b in mf.with_df.tensor.kept)
     vj0, vk0 = ref.get_jk(ref.mol, dm)
     assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
+
+
+def test_the_plan_counts_the_fp32_copy(references):
+    """The cpu device's fp32 copy (4 bytes per packed element) is counted beside the fp64 tensor (8): with
+    room for both it is kept; with room for the tensor only, the tensor stays resident and fp32 builds
+    convert as they read (recorded); with room for neither, the tensor streams. J and K the same in all."""
+    from mp2trn.devices.cpu import _Cast, _Fp32Copy
+
+    ref = references["water"]
+    dm = ref.make_rdm1()
+    probe = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp64"))
+    probe.get_jk(ref.mol, dm)
+    tensor_mb = probe.with_df.tensor.full.nbytes / 1e6   # fp64, packed; the plan allows half the budget
+    runs = {}
+    for label, bytes_per_element in (("both", 13), ("tensor only", 10), ("neither", 6)):
+        mf = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp32"),
+                            max_memory=2 * tensor_mb * bytes_per_element / 8)
+        runs[label] = mf.get_jk(ref.mol, dm), mf.with_df.tensor, mf.with_df.jk_record()["tensor"]
+    (_, both, note) = runs["both"]
+    assert not both.streamed and all(isinstance(b, _Fp32Copy) for b in both.kept) and "no room" not in note
+    (_, tensor_only, note) = runs["tensor only"]
+    assert not tensor_only.streamed and all(isinstance(b, _Cast) for b in tensor_only.kept)
+    assert "no room for the device's reduced-precision copy: converted at every build" in note
+    assert runs["neither"][1].streamed
+    (vj0, vk0) = runs["both"][0]
+    for label in ("tensor only", "neither"):
+        vj, vk = runs[label][0]
+        assert np.abs(vj - vj0).max() < 1e-12
+        assert np.abs(vk - vk0).max() < FP32_REL * np.abs(vk0).max()
