@@ -128,6 +128,12 @@ class BasisSet:
         return ", ".join(f"{s}:{eb.name}" for s, eb in sorted(self.per_element.items()))
 
     @property
+    def coulomb_only(self) -> list[str]:
+        """Elements whose set was made to fit Coulomb only (a J-fit set such as def2-universal-jfit,
+        ORCA's def2/J): used for exchange too, it costs accuracy."""
+        return sorted(s for s, eb in self.per_element.items() if re.search(r"(?<!k)jfit$", eb.name.lower()))
+
+    @property
     def generated(self) -> list[str]:
         """Elements whose functions were generated (rule 4)."""
         return sorted(s for s, eb in self.per_element.items() if eb.source == GENERATED)

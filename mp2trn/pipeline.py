@@ -99,6 +99,10 @@ class BuiltMolecule:
                 notes.append(f"WARNING: no {role} basis covers {', '.join(chosen.generated)}: PySCF's even-tempered "
                              "functions were generated for them; name one with "
                              f"{'--jkbasis' if role.startswith('JK') else '--auxbasis'} for reproducible energies")
+        if self.jkfit is not None and self.jkfit.coulomb_only:
+            notes.append(f"WARNING: the JK-fit basis of {', '.join(self.jkfit.coulomb_only)} ({self.jkfit.name}) was made "
+                         "to fit Coulomb only; fitting exchange with it moves the SCF energy by ~1e-3 Eh "
+                         "(docs/bases.md); def2/JK (def2-universal-jkfit) fits both")
         return notes
 
 

@@ -203,3 +203,14 @@ def test_docs_table_of_other_programs_names_matches_the_code():
     for program, typed, meaning in rows:
         foreign = B.other_program_name(typed)
         assert foreign is not None and (foreign.program, foreign.meaning) == (program, meaning), typed
+
+
+def test_a_coulomb_only_jk_basis_is_warned_about():
+    """def2/J fits Coulomb only; used for exchange too, the run's notes say so (def2/JK does not warn)."""
+    from mp2trn.options import RunOptions
+    from mp2trn.pipeline import build_molecule
+
+    water = "O 0 0 0.117; H 0 0.757 -0.469; H 0 -0.757 -0.469"
+    notes = build_molecule(water, RunOptions(basis="def2-svp", jkbasis="def2/J")).basis_notes()
+    assert any("Coulomb only" in n and "H, O" in n for n in notes), notes
+    assert not build_molecule(water, RunOptions(basis="def2-svp", jkbasis="def2/JK")).basis_notes()
