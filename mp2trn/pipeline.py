@@ -237,9 +237,8 @@ def gradient_stage(result: MP2Result, mf, auxbasis, options: RunOptions, device:
     if cost:   # the device's modeled cost now includes the gradient's kernels
         cost = device.cost_report()
         add_run_summary(cost, result.scf, timings)
-    notes = result.notes + ([g.what_ran["gradient_note"]] if "gradient_note" in g.what_ran else [])
     return replace(result, gradient=g.gradient, dipoles=dipoles, natural_occupations=nos.occupations.tolist(),
-                   densities=g, timings=timings, cost=cost, what_ran={**result.what_ran, **g.what_ran}, notes=notes)
+                   densities=g, timings=timings, cost=cost, what_ran={**result.what_ran, **g.what_ran})
 
 
 def _basis_names(molecule: BuiltMolecule, what_ran: dict[str, Any]) -> dict[str, Any]:
