@@ -46,7 +46,20 @@ _EIG_CUTOFF = 1e-12
 @dataclass
 class PrecisionSchedule:
     """The precision of each J/K build: ``start`` until the orbital gradient says the reduced precision
-    has done what it can, then fp64.
+    has done what it can, then ``final`` — fp64 where the device (or the host CPU) builds in fp64, the
+    compensated fp32x3 on an NKI device, so that no build leaves the device (:func:`density_fit_jk`).
+
+    Incremental builds (``incremental``): while the precision is reduced, a build after the first takes the
+    difference density ΔD = D_n − D_(n−1) (factored by eigendecomposition, rank ≤ 2·nocc for idempotent
+    densities) and adds J[ΔD], K[ΔD] to the previous cycle's fp64 J, K, so the reduced precision's error
+    scales with |ΔD|, which falls as the SCF converges, not with |D|; every ``rebuild_every``-th reduced
+    build is a full one, which drops the accumulated rounding (Luehr, Ufimtsev & Martínez, JCTC 7, 949
+    (2011), for mixed-precision ERIs on GPUs; Laqua, Kussmann & Ochsenfeld, JCP 154, 214116 (2021), for
+    incremental builds whose precision follows the density change). The first build in the final precision
+    is a full one; after it fp64 builds are full ones, compensated (fp32x3) ones incremental again: a full
+    fp32x3 build's rounding (~1e-9 of tr(D·K) on benzene) differs from build to build and would keep the
+    energy from settling below it (water: 28 fp32x3 cycles to |ΔE| < 1e-10), while the incremental ones
+    change by a rounding error of ΔD only, so the energy settles as in fp64, offset by that one build's error.
 
     Raising the precision as the SCF converges follows the adaptive-precision scheme of Huang, Shao and
     Hammond (arXiv 2601.08077), who switch on |ΔE/E|. Here the switch watches the orbital gradient (the
@@ -71,6 +84,8 @@ class PrecisionSchedule:
     switch_rel: float = 0.0
     max_reduced: int = 15
     min_reduced: int = 4
+    incremental: bool = False
+    rebuild_every: int = 8
     current: Precision | None = None
     last_grad: float | None = None
 
@@ -94,6 +109,16 @@ class PrecisionSchedule:
         if small or stalled or small_energy or reduced_cycles >= self.max_reduced:
             self.current = self.final
 
+    def build_from_difference(self, builds_since_full: int) -> bool:
+        """Whether the next build may add J[ΔD], K[ΔD] to the last one's (it is the ``builds_since_full``-th
+        build after the last full one, in the same precision): reduced builds until the ``rebuild_every``-th,
+        compensated final builds always after their first (full) one."""
+        if not self.incremental or builds_since_full < 1:
+            return False
+        if not self.reduced:   # compensated final builds: their rounding is tiny times |ΔD|, no rebuilds
+            return self.final.compensated
+        return builds_since_full < self.rebuild_every
+
 
 @dataclass
 class CycleLog:
@@ -106,8 +131,8 @@ class CycleLog:
     builds: list[dict[str, Any]] = field(default_factory=list)   # {"precision", "seconds"} per J/K build
     converged: bool = False
 
-    def add_build(self, label: str, seconds: float) -> None:
-        self.builds.append({"precision": label, "seconds": seconds})
+    def add_build(self, label: str, seconds: float, incremental: bool = False) -> None:
+        self.builds.append({"precision": label, "seconds": seconds, "incremental": incremental})
 
     def check_convergence(self, envs: dict[str, Any], label: str) -> bool:
         """PySCF's ``check_convergence`` hook for a cycle whose builds ran as ``label``: record the cycle,
@@ -135,6 +160,8 @@ class CycleLog:
             "precision_per_cycle": list(self.cycles),
             "jk_builds": len(builds),
             "build_precisions": [b["precision"] for b in builds],
+            "incremental_builds": sum(1 for b in builds if b["incremental"]),
+            "builds_on_host": sum(1 for b in builds if "(host" in b["precision"]),
             "jk_seconds": sum(b["seconds"] for b in builds),
             "jk_seconds_per_build": (sum(b["seconds"] for b in builds) / len(builds)) if builds else 0.0,
         }
@@ -160,8 +187,9 @@ class JKTensor:
         self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
         self.copy_left_out = False   # the last blocks made without the device's optional copy (no room)
 
-    def blocks(self, dtype: np.dtype, device: Device):
-        """Device blocks of the tensor in ``dtype``: kept when the tensor fits the budget, else streamed.
+    def blocks(self, mode: Precision, device: Device):
+        """Device blocks of the tensor for builds in ``mode``: kept when the tensor fits the budget, else
+        streamed. A compensated mode asks the device for its planes (``planes``, :meth:`Device.jk_tensor`).
 
         The layout is the device's (:attr:`Device.jk_packed`): packed rows (μ ≥ ν, half the memory; the
         CPU unpacks a few rows at a time as a build reads them) or unpacked (p, nao, nao) rows. Resident:
@@ -174,7 +202,9 @@ class JKTensor:
         Streamed: PySCF builds its tensor (in its HDF5 file when it is large) and every build reads it
         block by block.
         """
-        if self.kept is not None and self.kept_for == (dtype, device.name):
+        dtype = mode.compute
+        planes = {"planes": mode.planes} if mode.compensated else {}   # asked only of devices that build so
+        if self.kept is not None and self.kept_for == (mode.name, device.name):
             return self.kept
         self.kept = None  # a precision switch frees the old device copy first
         src = self.source
@@ -185,7 +215,7 @@ class JKTensor:
         naux = balanced_counts(naux, self.comm.size)[self.comm.rank]   # this rank's rows
         packed = device.jk_packed
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
-        copy = device.jk_copy_itemsize(dtype)
+        copy = device.jk_copy_itemsize(dtype, **planes)
 
         def fits(bytes_per_element: int) -> bool:
             return naux * per_row * bytes_per_element <= _RESIDENT_SHARE * self.budget * 1e6
@@ -201,14 +231,14 @@ class JKTensor:
         self.layout = "packed" if packed else "unpacked"
         if not resident:   # the next block is read (and unpacked) by a thread while this one is used
             mine = self._streamed_rows(naux, blksize)
-            return prefetched(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype) for b in mine)
+            return prefetched(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype, **planes) for b in mine)
         if self.full is None:
             t0 = time.perf_counter()
             self.full = self._resident_rows(nao, packed)
             self.seconds += time.perf_counter() - t0
-        self.kept = [device.jk_tensor(self.full[p0 : p0 + blksize], dtype, keep_copy=not self.copy_left_out)
-                     for p0 in range(0, self.full.shape[0], blksize)]
-        self.kept_for = (dtype, device.name)
+        self.kept = [device.jk_tensor(self.full[p0 : p0 + blksize], dtype, keep_copy=not self.copy_left_out,
+                                      **planes) for p0 in range(0, self.full.shape[0], blksize)]
+        self.kept_for = (mode.name, device.name)
         return self.kept
 
     def _streamed_rows(self, naux: int, blksize: int):
@@ -293,6 +323,9 @@ class DeviceJK(df.DF):
         self.owns_device = owned
         self.tensor = JKTensor(self, max_memory, self.comm, device.jk_packed)
         self.log = CycleLog(schedule)
+        #: the last SCF build's (precision, densities, fp64 J, K, builds since its last full one): what an
+        #: incremental build adds to (:meth:`PrecisionSchedule.build_from_difference`)
+        self.last: tuple | None = None
 
     def _runs_on(self, mode: Precision) -> Device:
         """The device of a build in ``mode``: ours when its J/K kernels run that precision, else the host CPU."""
@@ -323,13 +356,15 @@ class DeviceJK(df.DF):
         mode = self.log.schedule.current
         device = self._runs_on(mode)
         dms = np.asarray(dm).reshape(-1, *np.shape(dm)[-2:])
-        factors = density_factors(dm)
+        base = self._difference_base(mode, dms, with_j, with_k)
+        built = dms if base is None else dms - base[1]   # the density this build contracts: D, or ΔD
+        factors = density_factors(dm) if base is None else density_factors(built)
         nset, nao = dms.shape[0], dms.shape[-1]
         vj = np.zeros((nset, nao, nao)) if with_j else None
         vk = np.zeros((nset, nao, nao)) if with_k else None
-        for block in self.tensor.blocks(mode.compute, device):
+        for block in self.tensor.blocks(mode, device):
             for k in range(nset):
-                j_part, k_part = device.jk_block(block, factors[k], dms[k], with_j, with_k)
+                j_part, k_part = device.jk_block(block, factors[k], built[k], with_j, with_k)
                 if with_j:
                     vj[k] += j_part
                 if with_k:
@@ -337,9 +372,24 @@ class DeviceJK(df.DF):
         if self.comm.size > 1:   # each rank summed its auxiliary rows
             vj = None if vj is None else self.comm.allreduce(vj, "scf_jk")
             vk = None if vk is None else self.comm.allreduce(vk, "scf_jk")
+        if base is not None:   # J[D_n] = J[D_(n-1)] + J[ΔD], the same for K, summed in fp64
+            vj = None if vj is None else vj + base[2]
+            vk = None if vk is None else vk + base[3]
+        if not self.log.converged:   # an SCF cycle's build: what the next one may add to
+            self.last = (mode.name, dms.copy(), vj, vk, 0 if base is None else base[4] + 1)
         shape = np.shape(dm)
-        self.log.add_build(self._label(mode), time.perf_counter() - t0)
+        self.log.add_build(self._label(mode), time.perf_counter() - t0, incremental=base is not None)
         return (None if vj is None else vj.reshape(shape)), (None if vk is None else vk.reshape(shape))
+
+    def _difference_base(self, mode: Precision, dms: np.ndarray, with_j: bool, with_k: bool) -> tuple | None:
+        """The last build to add this one's J[ΔD], K[ΔD] to, when the schedule allows an incremental build
+        (same precision, same density sets, the parts asked for built last time), else None."""
+        last = self.last
+        if last is None or self.log.converged or last[0] != mode.name or last[1].shape != dms.shape:
+            return None
+        if (with_j and last[2] is None) or (with_k and last[3] is None):
+            return None
+        return last if self.log.schedule.build_from_difference(last[4] + 1) else None
 
     def check_convergence(self, envs: dict[str, Any]) -> bool:
         """PySCF's ``check_convergence`` hook (:meth:`CycleLog.check_convergence`)."""
@@ -386,14 +436,29 @@ def density_factors(dm) -> list[list[tuple[np.ndarray, float]]]:
     return out
 
 
+def device_schedule(device: Device, incremental: bool | None = None) -> PrecisionSchedule:
+    """The J/K precision schedule on ``device``: its own precision (else its first J/K precision) to start,
+    and to finish the compensated precision its J/K kernels run (fp32x3 on sim/neuron: no build leaves the
+    device) or else fp64 (on the CPU, or on the host for a device without fp64 kernels). ``incremental``
+    (None: the device's :attr:`~mp2trn.devices.Device.jk_incremental`) makes the reduced builds
+    difference-density ones."""
+    names = device.jk_precisions or device.supported_precisions
+    start = device.mode if device.mode.name in names else get_precision(names[0])
+    compensated = [get_precision(n) for n in names if get_precision(n).compensated]
+    final = compensated[0] if compensated else get_precision("fp64")
+    return PrecisionSchedule(start, final, incremental=device.jk_incremental if incremental is None else incremental)
+
+
 def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = None,
                    max_memory: float | None = None, auxbasis: str | dict | None = None,
-                   comm: Comm | None = None, **device_options: Any):
+                   comm: Comm | None = None, incremental: bool | None = None, **device_options: Any):
     """Make ``mf``'s J/K builds run on an mp2trn device (PySCF style: returns ``mf``, ready to ``run()``).
 
     mf: a PySCF RHF/UHF, density-fitted or not (then ``mf.density_fit(auxbasis)`` first).
     precision: the device's default when None; a reduced precision (fp32) starts the SCF with fp32 builds
-    and switches to fp64 near convergence. max_memory: MB (None: ``mf.max_memory``), per rank.
+    and switches near convergence to fp64, or on an NKI device to the compensated fp32x3
+    (:func:`device_schedule`). incremental: difference-density builds while in fp32 (None: the device's
+    default, :attr:`Device.jk_incremental`). max_memory: MB (None: ``mf.max_memory``), per rank.
     comm: the ranks of a run spread over several (:mod:`mp2trn.parallel`): each builds J and K from its
     share of the auxiliary rows and the partial matrices are all-reduced.
     After the SCF: ``mf.with_df.jk_record()``; ``mf.with_df.release()`` frees the device copy.
@@ -410,15 +475,13 @@ def density_fit_jk(mf, device: str | Device = "cpu", precision: str | None = Non
     old = mf.with_df
     jk = DeviceJK.__new__(DeviceJK)
     jk.__dict__.update(old.__dict__)
-    start = dev.mode if dev.mode.name in (dev.jk_precisions or dev.supported_precisions) else \
-        get_precision(dev.jk_precisions[0])
-    jk.setup(dev, PrecisionSchedule(start), float(max_memory if max_memory is not None else budget_mb(
+    jk.setup(dev, device_schedule(dev, incremental), float(max_memory if max_memory is not None else budget_mb(
         getattr(mf, "max_memory", None))), owned, comm)
     mf.with_df = jk
     mf.check_convergence = jk.check_convergence
     return mf
 
 
-__all__ = ["CycleLog", "DeviceJK", "JKTensor", "PrecisionSchedule", "density_factors", "density_fit_jk",
+__all__ = ["CycleLog", "DeviceJK", "JKTensor", "PrecisionSchedule", "density_factors", "density_fit_jk", "device_schedule",
            "precision_runs"]
 

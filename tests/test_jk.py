@@ -13,6 +13,7 @@ from mp2trn.devices import get_device
 from mp2trn.errors import InputError
 from mp2trn.jk import density_factors, density_fit_jk
 from mp2trn.molecule import build_mole
+from mp2trn.precision import get_precision
 
 from .conftest import molecule_path
 
@@ -272,18 +273,77 @@ def test_sim_device_j_and_k_in_fp32(references, name):
     assert launches == 3 * nset  # one tensor block: batched_gemm + syrk per density set, coulomb per set
 
 
-@pytest.mark.parametrize("name", ["water", "hydroxyl", "benzene"])
-def test_sim_scf_device_cycles_then_host_fp64(name):
-    ref = _converged(molecule_path(name))
-    res = mp2trn.run(molecule_path(name), device="sim")
+@pytest.mark.parametrize("name,basis", [
+    ("water", "cc-pvdz"), ("hydroxyl", "cc-pvdz"),
+    pytest.param("benzene", "cc-pvdz", marks=pytest.mark.slow),
+    pytest.param("heavy/hydrogen_bromide", "def2-svp", marks=pytest.mark.slow),   # Br with its def2 ECP
+])
+def test_sim_scf_incremental_fp32_then_compensated_no_host_build(name, basis):
+    """The sim SCF's schedule (mp2trn.jk.device_schedule): difference-density fp32 builds, then fp32x3 builds
+    on the device to the end: within 1e-8 Eh of PySCF's fp64 DF-SCF with no build on the host."""
+    ref = _converged(molecule_path(name), basis=basis)
+    res = mp2trn.run(molecule_path(name), basis=basis, device="sim")
     assert abs(res.e_hf - ref.e_tot) <= 1e-8
-    cycles = res.scf["precision_per_cycle"]
-    assert cycles[0] == "fp32" and cycles[-1] == "fp64 (host cpu)"
+    record = res.scf
+    cycles, builds = record["precision_per_cycle"], record["build_precisions"]
+    assert cycles[0] == "fp32" and cycles[-1] == "fp32x3" and set(builds) == {"fp32", "fp32x3"}
+    assert record["builds_on_host"] == 0 and record["incremental_builds"] >= len(builds) // 2
     stage = res.cost["stages"]["scf_jk"]
-    assert stage["launches"] > 0 and stage["device_builds"] == res.scf["build_precisions"].count("fp32")
+    assert stage["launches"] > 0 and stage["device_builds"] == len(builds)
     assert stage["modeled_time_per_build_s"]["trn1"] > 0
     whole = res.cost["whole_run"]
     assert whole["modeled_total_s"]["trn1"] > whole["modeled_device_s"]["trn1"] and "host" in whole["host_parts"]
+
+
+def test_incremental_builds_add_the_difference_densitys_j_and_k(references):
+    """An incremental build's J, K (the last ones plus J[ΔD], K[ΔD]) equal a full build's (cpu fp64: 1e-12),
+    and every rebuild_every-th reduced build is a full one."""
+    ref = references["water"]
+    mf = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp32"), incremental=True)
+    full = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp64"))
+    schedule = mf.with_df.log.schedule
+    schedule.start = schedule.current = get_precision("fp64")   # fp64 "reduced" builds: exact sums to check
+    schedule.final = get_precision("fp32")
+    dm1 = ref.make_rdm1()
+    dm0 = scf.hf.init_guess_by_minao(ref.mol)
+    for step in range(schedule.rebuild_every + 1):
+        dm = dm0 + (dm1 - dm0) * (step + 1) / (schedule.rebuild_every + 1)
+        (vj, vk), (vj0, vk0) = mf.get_jk(ref.mol, dm), full.get_jk(ref.mol, dm)
+        assert np.abs(vj - vj0).max() < 1e-12 and np.abs(vk - vk0).max() < 1e-12
+    kinds = [b["incremental"] for b in mf.with_df.log.builds]
+    assert kinds == [False] + [True] * (schedule.rebuild_every - 1) + [False]
+
+
+@pytest.mark.parametrize("name", ["water", "hydroxyl"])
+def test_sim_resident_and_streamed_scf_agree(name):
+    """The sim device keeps the SCF tensor in device memory (sent once per precision: the launcher counts
+    its bytes once) or streams it at every build when the plan has no room: the same SCF energy to fp32
+    rounding, and the streamed tensor's bytes go to the device at every build."""
+    ref = references_of(name)
+    runs = {}
+    for label, memory in (("resident", None), ("streamed", 0.3)):
+        mf = density_fit_jk(_fresh(ref), device="sim", max_memory=memory)
+        mf.conv_tol, mf.verbose = 1e-10, 0
+        mf.kernel()
+        record, moved = mf.with_df.jk_record(), mf.with_df.device.transfer_record()["scf_jk"]
+        runs[label] = mf.e_tot, record, moved
+        mf.with_df.release()
+    (e_res, rec_res, moved_res), (e_str, rec_str, moved_str) = runs["resident"], runs["streamed"]
+    assert rec_res["tensor"].startswith("resident") and rec_str["tensor"].startswith("streamed")
+    assert abs(e_res - ref.e_tot) < 1e-8 and abs(e_str - ref.e_tot) < 1e-8 and abs(e_res - e_str) < 1e-8
+    builds = rec_res["jk_builds"]
+    nao = ref.mol.nao_nr()
+    naux = ref.with_df.get_naoaux()
+    tensor_fp32 = naux * nao * nao * 4
+    # resident: the kept blocks count once in to_device, as in to_device_reusing (an array passed again
+    # counted once); what differs is small arrays passed twice in one build (the identity of batched_gemm)
+    assert moved_res["to_device"] - moved_res["to_device_reusing"] < tensor_fp32
+    assert moved_res["to_device"] > tensor_fp32 * 5   # the fp32 copy and the fp32x3 planes (16 bytes)
+    assert moved_str["to_device"] > builds * tensor_fp32
+
+
+def references_of(name):
+    return _converged(molecule_path(name))
 
 
 def test_cycles_are_counted_as_pyscf_counts_them():

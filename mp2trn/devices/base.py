@@ -147,6 +147,24 @@ class Device(ABC):
         """
         raise NotImplementedError(f"device {self.name!r} has no gradient pair step")
 
+    # -- the orbital response's GEMMs (mp2trn.grad.cpks owns their layouts, the solver and the fp64 sums) -----
+    @property
+    def response_precision(self) -> str:
+        """The arithmetic of :meth:`response_gemm` (the base class: fp64 NumPy on the host)."""
+        return "fp64"
+
+    def response_operand(self, a_t: np.ndarray) -> Any:
+        """Take an fp64 (K, M) operand that every iteration of the Z-vector reads (an MO block of the JK-fit
+        tensor in one layout) into device memory, where it stays until the host drops the handle; returns the
+        handle for :meth:`response_gemm` (the base class: the array itself)."""
+        return a_t
+
+    def response_gemm(self, a_t: Any, b: np.ndarray, stage: str = "zvector") -> np.ndarray:
+        """C (M, N) = a_tᵀ · b in fp64: ``a_t`` a :meth:`response_operand` handle or an fp64 (K, M) array,
+        ``b`` (K, N) fp64. Launch records and cost reports count it under ``stage`` (``zvector``: the
+        response's products; ``grad_gamma``: Γ's back-transformation to the AO basis)."""
+        return np.asarray(a_t).T @ b
+
     # -- the SCF's Coulomb and exchange builds (mp2trn.jk owns blocking, caching and the fp64 sums) ------
     #: True when the device implements the J/K stage below
     has_jk: bool = False
@@ -158,24 +176,32 @@ class Device(ABC):
     #: read them (half the host memory of the tensor); else it takes unpacked (p, nao, nao) rows
     jk_packed: bool = False
 
-    def jk_copy_itemsize(self, dtype: np.dtype) -> int:
+    def jk_copy_itemsize(self, dtype: np.dtype, planes: int = 1) -> int:
         """Bytes per tensor element the device keeps besides the host tensor for builds in ``dtype``
-        (its copy of the blocks); the memory plan of the SCF counts them."""
+        (its copy of the blocks; ``planes`` > 1: a compensated precision's planes, asked only of a device
+        whose :attr:`jk_precisions` list one); the memory plan of the SCF counts them."""
         return np.dtype(dtype).itemsize
+
+    #: whether the SCF's reduced-precision builds are difference-density ones by default
+    #: (:class:`mp2trn.jk.PrecisionSchedule`: their rounding error then follows |ΔD|, not |D|)
+    jk_incremental: bool = True
 
     #: whether the builds can do without that copy, reading the host rows as they go (slower), when the
     #: SCF's plan has room for the resident host tensor but not for the copy beside it (the CPU's fp32
     #: copy); a device whose copy is its working tensor (GPU, NeuronCore) cannot
     jk_copy_optional: bool = False
 
-    def jk_tensor(self, block: np.ndarray, dtype: np.dtype, keep_copy: bool = True) -> Any:
+    def jk_tensor(self, block: np.ndarray, dtype: np.dtype, keep_copy: bool = True, planes: int = 1) -> Any:
         """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
 
         block: fp64 rows B_P (each symmetric), a view into the host tensor: (p, nao(nao+1)/2) packed when
         :attr:`jk_packed`, else (p, nao, nao); dtype: the arithmetic of the builds that will use it;
         keep_copy: False only for a device with :attr:`jk_copy_optional`, when the plan has no room for its
-        copy. Returns a device-side handle for :meth:`jk_block` (on the CPU, a view, an fp32 copy, or a note
-        to convert as it reads).
+        copy; planes > 1: the block split for a compensated precision's kernels (only devices whose
+        :attr:`jk_precisions` list one are asked). The handle stays in device memory for every build of the
+        SCF in that precision (an NKI launcher keeps it, :meth:`~mp2trn.devices.nki_launch.Launcher.keep`;
+        the cuda device holds a GPU tensor) until :meth:`release_jk`. Returns a device-side handle for
+        :meth:`jk_block` (on the CPU, a view, an fp32 copy, or a note to convert as it reads).
         """
         raise NotImplementedError(f"device {self.name!r} has no J/K stage")
 

@@ -50,6 +50,11 @@ BLOCKS_ENV = "MP2TRN_NKI_BLOCKS"
 #: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways).
 #: tests/test_compile_signatures.py holds runs of several sizes to it.
 SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6}
+#: rows of Z per compensated exchange launch: β = 7 grid bits (mp2trn.precision.beta_for). One launch over a
+#: whole block (benzene/cc-pVDZ: 17 000 rows, β = 4) left K 1.8e-7 off and tr(D ΔK) 9e-7; 2048 rows (β = 6)
+#: 1.2e-8, 1024 or 512 rows (β = 7) 6e-9, 256 rows (β = 8) 5e-9 (the rows of the exact Z, fp64 sums of the
+#: launches on the host)
+SYRK_X3_ROWS = 1024
 MAX_BLOCK = 512   # per-pair sums of one i row fill at most one PSUM bank (512 fp32)
 
 
@@ -184,6 +189,7 @@ class NkiDevice(Device):
         overrides = _parse_blocks(os.environ.get(BLOCKS_ENV))
         overrides.update(blocks or {})
         self.plan = LaunchPlan(target, self.mode.compensated, overrides)
+        self.plan_x3 = LaunchPlan(target, True, overrides)   # the SCF's compensated J/K builds, in any mode
         self.kernels = kernel_set(self.mode.planes)
         self.launcher: Launcher = make_launcher(self.kind, target)
         self._linv_key = None
@@ -229,16 +235,34 @@ class NkiDevice(Device):
         self._rows[key] = size
         return size
 
-    # -- the SCF's J/K builds (fp32 kernels; fp64 builds run on the host, see mp2trn.jk) -------------
+    # -- the SCF's J/K builds: fp32 kernels, and the compensated fp32x3 ones (see mp2trn.jk) ------------
     has_jk = True
-    jk_precisions = ("fp32",)
+    jk_precisions = ("fp32", "fp32x3")
 
-    def jk_tensor(self, block, dtype, keep_copy=True):   # the copy is the working tensor: always kept
+    def jk_copy_itemsize(self, dtype, planes=1) -> int:
+        """fp32: the block in fp32 (4 bytes); compensated: the planes of both splits (:class:`_X3Block`,
+        2 + 4 bytes split along μ and 2 + 4 + 4 along P)."""
+        return 16 if planes > 1 else 4
+
+    def jk_tensor(self, block, dtype, keep_copy=True, planes=1):   # the copy is the working tensor: always kept
+        """The block in device memory: fp32 rows, or (compensated) its :class:`_X3Block` planes. The launcher
+        keeps the arrays resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision."""
         p = block.shape[0]
         rows = self._bucket(("scf_jk", block.shape[1]), p)
-        return _pad_rows(np.asarray(block, dtype=F32), rows)     # (rows, nao, nao): the kernels run fp32
+        if planes > 1:
+            kept = _X3Block.split(_pad_rows(np.asarray(block, dtype=np.float64), rows))
+            self.launcher.keep(*kept.arrays())
+            return kept
+        kept = _pad_rows(np.asarray(block, dtype=F32), rows)   # (rows, nao, nao)
+        self.launcher.keep(kept)
+        return kept
+
+    def release_jk(self) -> None:
+        self.launcher.drop_kept()
 
     def jk_block(self, block, factors, dm, with_j, with_k):
+        if isinstance(block, _X3Block):
+            return self._jk_block_x3(block, factors, with_j, with_k)
         from ..kernels.batched_gemm import batched_gemm
         from ..kernels.coulomb import coulomb
         from ..kernels.syrk import lower_to_full, syrk
@@ -249,19 +273,57 @@ class NkiDevice(Device):
             vk = np.zeros((nao, nao))
             eye = np.eye(nao, dtype=F32)      # C_vir = 1: batched_gemm's second half is TensorE's transpose
             for c, sign in factors:
-                for i0 in range(0, c.shape[1], MAX_BLOCK):
-                    part = c[:, i0:i0 + MAX_BLOCK]
-                    # zero columns add nothing to K: widths in powers of two (≥ 8) bound the signatures
-                    n = min(MAX_BLOCK, max(8, 1 << (part.shape[1] - 1).bit_length()))
-                    co = np.zeros((nao, n), dtype=F32)
-                    co[:, :part.shape[1]] = part
-                    kw = {"group": self.plan.ao_group(nao, n, nao)}
+                for part in _factor_parts(c):
+                    co = _padded_factor(part, F32)
+                    kw = {"group": self.plan.ao_group(nao, co.shape[1], nao)}
                     z = self.launcher.launch("scf_jk", batched_gemm, (block, co, eye), kw)   # (p·n, nao)
                     vk += sign * lower_to_full(self.launcher.launch("scf_jk", syrk, (z,), {}))
         if with_j:
             flat = block.reshape(p, nao * nao)
             _, j = self.launcher.launch("scf_jk", coulomb, (flat, np.asarray(dm, dtype=F32).reshape(1, -1)), {})
             vj = np.asarray(j, dtype=np.float64).reshape(nao, nao)
+        return vj, vk
+
+    def _jk_block_x3(self, block: "_X3Block", factors, with_j: bool, with_k: bool):
+        """Compensated J and K of one block (fp32x3: each product hi·hi exact, hi·lo + lo·x in fp32, the two
+        output planes added in fp64 on the host — mp2trn.precision):
+
+            Z_P = C^T B_P          batched_gemm_x3 (C_vir = 1: its second half is TensorE's transpose)
+            K   = Σ sign · Z^T Z    syrk_x3 on Z re-split along its rows, :data:`SYRK_X3_ROWS` rows a launch
+            ρ_P = Σ_iν Z_P,iν C_νi  the host's fp64 reduction of the Z it already holds (p·n·nao adds)
+            J   = Σ_P ρ_P B_P       gemm_x3, ρ stationary, the block's planes split along P moving
+
+        J reads ρ off the factors' Z (as the cpu device does) because the coulomb kernel's ρ = B·D runs on
+        VectorE, whose fp32 products a split cannot make exact."""
+        from ..kernels.batched_gemm import batched_gemm_x3
+        from ..kernels.gemm import gemm_x3
+        from ..kernels.syrk import lower_to_full, syrk_x3
+
+        mode = self.mode if self.mode.compensated else _compensated()
+        p, nao = block.rows, block.nao
+        eye = mode.split_operand(np.eye(nao), axis=0, moving=True)
+        vk = np.zeros((nao, nao)) if with_k else None
+        rho = np.zeros(p)
+        for c, sign in factors:
+            for part in _factor_parts(c):
+                co = _padded_factor(part, np.float64)
+                args = (*block.by_mu, *mode.split_operand(co, axis=0, moving=True), *eye, *mode.grid_args(nao))
+                kw = {"group": self.plan_x3.ao_group(nao, co.shape[1], nao)}
+                z = mode.combine(self.launcher.launch("scf_jk", batched_gemm_x3, args, kw))   # (p·n, nao) fp64
+                z3 = z.reshape(p, co.shape[1], nao)
+                if with_j:
+                    rho += sign * np.einsum("pin,ni->p", z3, co)
+                if with_k:
+                    for r0 in range(0, z.shape[0], SYRK_X3_ROWS):
+                        planes = mode.split_operand(_pad_rows(z[r0:r0 + SYRK_X3_ROWS], SYRK_X3_ROWS), axis=0,
+                                                    moving=True)
+                        k = self.launcher.launch("scf_jk", syrk_x3, planes, {})
+                        vk += sign * lower_to_full(mode.combine(k))
+        vj = None
+        if with_j:
+            rho_planes = mode.split_operand(rho.reshape(p, 1), axis=0, moving=False)
+            j = mode.combine(self.launcher.launch("scf_jk", gemm_x3, (*rho_planes, *block.by_p), {}))
+            vj = j.reshape(nao, nao)
         return vj, vk
 
     # -- stage 1: (P|μν) -> (P|ia) ------------------------------------------------------------------
@@ -335,6 +397,25 @@ class NkiDevice(Device):
             xx = None if xx is None else np.triu(xx)
         return os_, xx
 
+    # -- the orbital response's GEMMs: ``gemm`` (fp32) or ``gemm_x3`` (fp32x3), the stationary operands kept ----
+    @property
+    def response_precision(self) -> str:
+        return self.precision
+
+    def response_operand(self, a_t):
+        """The operand's planes for the stationary side (fp32: one; fp32x3: hi, lo), kept in device memory:
+        every Z-vector iteration reads them, the bytes travel once."""
+        planes = self.mode.split_operand(np.asarray(a_t, dtype=np.float64), axis=0, moving=False)
+        self.launcher.keep(*planes)
+        return planes
+
+    def response_gemm(self, a_t, b, stage="zvector"):
+        planes = a_t if isinstance(a_t, tuple) else self.mode.split_operand(np.asarray(a_t, dtype=np.float64),
+                                                                            axis=0, moving=False)
+        moving = self.mode.split_operand(np.asarray(b, dtype=np.float64), axis=0, moving=True)
+        out = self.launcher.launch(stage, _response_kernel(self.mode.compensated), (*planes, *moving), {})
+        return np.asarray(self.mode.combine(out), dtype=np.float64)
+
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True
 
@@ -379,6 +460,13 @@ class NkiDevice(Device):
                              p_vir_k)
 
 
+
+def _response_kernel(compensated: bool):
+    from ..kernels.gemm import gemm, gemm_x3
+
+    return gemm_x3 if compensated else gemm
+
+
 def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
     """``a`` with zero rows appended along axis 0 up to ``rows``."""
     if a.shape[0] >= rows:
@@ -393,6 +481,50 @@ def _pad_occ(b: np.ndarray, e: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarr
         return b, np.asarray(e)
     pad = np.zeros((b.shape[0], n - k, b.shape[2]), dtype=b.dtype)
     return np.concatenate([b, pad], axis=1), np.concatenate([np.asarray(e, dtype=np.float64), -np.ones(n - k)])
+
+
+def _compensated():
+    from ..precision import get_precision
+
+    return get_precision("fp32x3")
+
+
+def _factor_parts(c: np.ndarray):
+    """Column blocks of a density factor of at most MAX_BLOCK orbitals (one PSUM bank per launch)."""
+    for i0 in range(0, c.shape[1], MAX_BLOCK):
+        yield c[:, i0:i0 + MAX_BLOCK]
+
+
+def _padded_factor(part: np.ndarray, dtype) -> np.ndarray:
+    """A factor block with zero columns up to a power of two (≥ 8): zero columns add nothing to J or K, and
+    the widths bound the distinct kernel signatures (:data:`SIGNATURE_BOUND`)."""
+    n = min(MAX_BLOCK, max(8, 1 << (part.shape[1] - 1).bit_length()))
+    co = np.zeros((part.shape[0], n), dtype=dtype)
+    co[:, :part.shape[1]] = part
+    return co
+
+
+@dataclass(frozen=True)
+class _X3Block:
+    """One block of the SCF tensor as the compensated J/K kernels read it, kept in device memory:
+    ``by_mu`` = (hi bf16, lo fp32) of the (p, nao, nao) rows split along μ (the contraction of Z = CᵀB_P, the
+    stationary operand of ``batched_gemm_x3``), ``by_p`` = (hi, lo, x) of the (p, nao²) rows split along P
+    (the contraction of J = Σ_P ρ_P B_P, the moving operand of ``gemm_x3``): 16 bytes per element."""
+
+    by_mu: tuple
+    by_p: tuple
+    rows: int
+    nao: int
+
+    @classmethod
+    def split(cls, block: np.ndarray) -> "_X3Block":
+        mode = _compensated()
+        p, nao, _ = block.shape
+        return cls(mode.split_operand(block, axis=1, moving=False),
+                   mode.split_operand(block.reshape(p, nao * nao), axis=0, moving=True), p, nao)
+
+    def arrays(self) -> tuple:
+        return (*self.by_mu, *self.by_p)
 
 
 class SimDevice(NkiDevice):

@@ -29,7 +29,8 @@ from ..errors import DeviceUnavailableError, KernelConstraintError
 
 #: pipeline stage -> kernel(s) that implement it
 STAGES = ("scf_jk", "ao_to_mo", "metric", "pairs", "comm",   # comm: collectives between ranks
-          "grad_pairs")                                   # the gradient's pair sweep (mp2_density)
+          "grad_pairs",                                   # the gradient's pair sweep (mp2_density)
+          "zvector", "grad_gamma")                        # the response's GEMMs, Γ's AO back-transformation
 TARGETS = ("trn1", "trn2")
 
 NEURON_INSTALL = (
@@ -112,6 +113,8 @@ class Launcher:
         #: device counting an array passed again — the same object: the SCF tensor's blocks — only once)
         self.transfers: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         self._on_device: dict[tuple, weakref.ref] = {}
+        #: arrays the device keeps in its memory across launches (the SCF tensor's blocks): id -> weakref
+        self._kept: dict[int, weakref.ref] = {}
         self.walls: dict[str, list[float]] = defaultdict(list)   # wall seconds of each launch per stage
 
     def launch(self, stage: str, kernel, args: tuple, kwargs: dict | None = None):
@@ -143,18 +146,33 @@ class Launcher:
     def _run(self, stage, kernel, args, kwargs):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def keep(self, *arrays: np.ndarray) -> None:
+        """Keep these host arrays in device memory from their first launch until :meth:`drop_kept` (or until
+        the host drops them): later launches reuse the device copy instead of sending them again. The
+        ``neuron`` launcher holds the device tensor; every launcher counts the bytes to the device once."""
+        for a in arrays:
+            self._kept[id(a)] = weakref.ref(a, lambda _r, k=id(a): self._kept.pop(k, None))
+
+    def drop_kept(self) -> None:
+        """Free the arrays kept in device memory (after the SCF)."""
+        self._kept.clear()
+
+    def _is_kept(self, a: np.ndarray) -> bool:
+        ref = self._kept.get(id(_root(a)))
+        return ref is not None and ref() is _root(a)
+
     def _count_transfers(self, stage: str, inputs: list, out) -> None:
-        """Add a launch's host->device bytes (its array inputs) and device->host bytes (its outputs)."""
+        """Add a launch's host->device bytes (its array inputs; a kept array only at its first launch) and
+        device->host bytes (its outputs)."""
         to_device = to_host = first_use = 0
         for a in inputs:
             if isinstance(a, np.ndarray):
-                to_device += a.nbytes
-                root = a
-                while isinstance(root.base, np.ndarray):   # a view (a reshape) of a kept array is that array
-                    root = root.base
+                root = _root(a)
                 key = (id(root), a.__array_interface__["data"][0], a.nbytes)
                 ref = self._on_device.get(key)
-                if ref is None or ref() is not root:
+                seen = ref is not None and ref() is root
+                to_device += 0 if seen and self._is_kept(a) else a.nbytes
+                if not seen:
                     first_use += a.nbytes
                     self._on_device[key] = weakref.ref(root, lambda _r, k=key: self._on_device.pop(k, None))
         for o in out if isinstance(out, tuple) else (out,):
@@ -300,6 +318,13 @@ class EmulatorLauncher(Launcher):
         }
 
 
+def _root(a: np.ndarray) -> np.ndarray:
+    """The array a view (a reshape) was made from: a view of a kept array is that array."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
 def compile_signature(name: str, args: tuple, kwargs: dict) -> tuple:
     """What the NKI compiler specialises a kernel on: array shapes and dtypes, and the other arguments'
     values (compile-time constants)."""
@@ -369,13 +394,29 @@ class NeuronLauncher(Launcher):
         self._torch = torch
         self._xm = xm
         self._dev = xm.xla_device()
+        #: device tensors of the kept host arrays (id of the host array -> tensor), made at their first launch
+        self._resident: dict[int, Any] = {}
         #: how a kernel is invoked on device tensors (a seam for tests without a NeuronCore)
         self.call = lambda kernel, args, kwargs: kernel(*args, **kwargs)
 
+    def drop_kept(self) -> None:
+        super().drop_kept()
+        self._resident.clear()
+
     def _to_device(self, a):
-        torch = self._torch
         if not isinstance(a, np.ndarray):
             return a
+        if not self._is_kept(a):
+            return self._copy_to_device(a)
+        root = _root(a)
+        if a.nbytes != root.nbytes or a.__array_interface__["data"][0] != root.__array_interface__["data"][0]:
+            return self._copy_to_device(a)   # a part of a kept array: sent as it is
+        if id(root) not in self._resident:   # HBM keeps it: the kept array's only host -> device copy
+            self._resident[id(root)] = self._copy_to_device(root)
+        return self._resident[id(root)].reshape(a.shape)   # a reshaped view of it: the same device tensor
+
+    def _copy_to_device(self, a: np.ndarray):
+        torch = self._torch
         if a.dtype.name == "bfloat16":
             t = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
         else:
@@ -383,7 +424,7 @@ class NeuronLauncher(Launcher):
         return t.to(self._dev)
 
     def _run(self, stage, kernel, args, kwargs):
-        targs = [self._to_device(a) for a in args]          # host -> HBM once per launch
+        targs = [self._to_device(a) for a in args]          # host -> HBM per launch, kept arrays once
         out = self.call(kernel, targs, kwargs)
         self._xm.mark_step()
         if isinstance(out, tuple):                           # HBM -> host once per launch
