@@ -31,7 +31,7 @@ from .result import MP2Result, qcschema_molecule
 from .scf import check_converged, scf_jkbasis
 from .progress import Progress
 from .threads import one_blas_pool, pool_note
-from .transform import BStore, build_b, build_shared_b
+from .transform import BStore, KeptB, build_b, build_shared_b
 
 
 def kernel(
@@ -43,6 +43,7 @@ def kernel(
     progress: Progress | None = None,
     keep_pair_energies: bool = False,
     comm: Comm | None = None,
+    keep_b: KeptB | None = None,
 ) -> MP2Result:
     """DF-MP2 energy of the converged SCF ``mf`` on ``device`` within ``max_memory`` MB.
 
@@ -51,14 +52,16 @@ def kernel(
     frozen: see :data:`mp2trn.options.Frozen`. The device is used, not closed.
     comm: the ranks the work is spread over (:mod:`mp2trn.parallel`; None: this process alone); the
     budget is then per rank and every rank returns the same energies.
+    keep_b: a holder that keeps B and the fitting integrals for the gradient of the same run (one rank only:
+    a run over ranks holds shares of B, which the gradient cannot use); None: B is freed here.
     Returns an MP2Result with timings (s) of the stages: df_setup, ao_to_mo, metric, pairs, mp2.
     """
     with one_blas_pool():
-        return _kernel(mf, device, max_memory, auxbasis, frozen, progress, keep_pair_energies, comm or Comm())
+        return _kernel(mf, device, max_memory, auxbasis, frozen, progress, keep_pair_energies, comm or Comm(), keep_b)
 
 
 def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, progress: Progress | None,
-            keep_pair_energies: bool, comm: Comm) -> MP2Result:
+            keep_pair_energies: bool, comm: Comm, keep_b: KeptB | None) -> MP2Result:
     t_start = time.perf_counter()
     check_converged(mf)
     mol = mf.mol
@@ -93,11 +96,19 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         t_pairs = time.perf_counter() - t0
         store.arrays = []
     else:
-        with BStore(dfi.naux, spins, device.storage_dtype, plan.incore) as store:
+        store = BStore(dfi.naux, spins, device.storage_dtype, plan.incore)
+        try:
             stage_times = build_b(dfi, spins, device, plan, store, progress)
             t0 = time.perf_counter()
             pairs = pair_energies(store, spins, device, occ_block, progress)
             t_pairs = time.perf_counter() - t0
+        except BaseException:
+            store.close()
+            raise
+        if keep_b is not None:    # the gradient of this run takes B from here
+            keep_b.keep(dfi, spins, store)
+        else:
+            store.close()
     what_ran = device.what_ran()
     what_ran.update({
         "basis": describe_basis(mol.basis),

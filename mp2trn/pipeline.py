@@ -26,10 +26,10 @@ from pyscf import gto
 
 from . import dfmp2
 from .devices import Device, get_device
-from .errors import InputError, NumericalError
+from .errors import InputError, NumericalError, ResourceError
 from .geometry import check_geometry
 from .df import largest_shell, make_auxmol, pyscf_fitting
-from .memory import budget_mb, check_budget_before_scf, peak_rss_mb
+from .memory import SpinShape, budget_mb, check_budget_before_scf, peak_rss_mb, plan_blocks
 from .basis import BasisSet, MoleculeBases, atom_symbols, default_fitting, fitting_basis
 from .methods import dispersion_energy, get_method
 from .molecule import build_mole_with_bases
@@ -38,6 +38,7 @@ from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
 from .scratch import check_stopped, run_scratch
+from .transform import KeptB
 from .parallel import Comm, device_comm, open_comm
 from .progress import Progress
 
@@ -149,9 +150,10 @@ def check_before_scf(molecule: BuiltMolecule, options: RunOptions, device: Devic
 
 
 def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Device, progress: Progress | None = None,
-              comm: Comm | None = None, dm0=None) -> ScfStage:
+              comm: Comm | None = None, dm0=None, keep_tensor: bool = False) -> ScfStage:
     """Molecule → converged SCF (J/K builds on ``device`` where it has them, shared over the ranks of
-    ``comm``), after the checks that need no SCF."""
+    ``comm``), after the checks that need no SCF; ``keep_tensor``: the SCF's resident JK-fit tensor is kept
+    for the gradient's response (:func:`mp2trn.scf.run_scf`)."""
     molecule = build_molecule(source, options)
     mol = molecule.mol
     check_before_scf(molecule, options, device)
@@ -159,7 +161,7 @@ def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Devic
     if progress:
         progress("scf", 0, options.max_cycle)
     mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
-                 comm=comm, dm0=dm0, jkfit=molecule.jk_auxbasis)
+                 comm=comm, dm0=dm0, jkfit=molecule.jk_auxbasis, keep_tensor=keep_tensor)
     if progress:
         progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
     return ScfStage(mf, time.perf_counter() - t0, molecule.notes, molecule)
@@ -183,14 +185,64 @@ def compute(
     if options.gradient and not device.has_pair_densities:
         raise InputError(f"--gradient: device {device.name!r} has no gradient pair step in precision "
                          f"{device.precision!r}; use --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
-    stage = scf_stage(source, options, device, progress, comm, dm0)
-    mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
+    one_rank = comm is None or comm.size == 1
+    stage = scf_stage(source, options, device, progress, comm, dm0, keep_tensor=options.gradient and one_rank)
     check_stopped()
-    result = dfmp2.kernel(mf, device, budget_mb(options.max_memory), molecule.ri_auxbasis, options.frozen,
-                          progress, keep_pair_energies, comm)
+    # the SCF's tensor, kept for the gradient's response, is held beside everything that follows
+    held = scf_tensor_held_mb(stage, options, device) if options.gradient and one_rank else 0.0
+    with KeptB() as kept:    # with --gradient the energy's B waits here for the gradient (closed after it)
+        result, mf = _energy_and_gradient(stage, options, device, held, progress, keep_pair_energies, comm,
+                                          kept if options.gradient else None)
+    return result, mf
+
+
+def scf_tensor_held_mb(stage: ScfStage, options: RunOptions, device: Device) -> float:
+    """MB of the SCF's JK-fit tensor held after the SCF for the gradient's response, which the energy and
+    the gradient then plan around (their budget less it). It stays only where their plans, with that much
+    less, keep every array where the whole budget would (in memory or streamed, the response's MO blocks
+    made); else it is freed here and the response builds it again."""
+    from .grad.dfmp2 import check_budget_before_scf as gradient_plan, release_scf_tensor, scf_tensor
+    from .jk import DeviceJK
+
+    mf, mol = stage.mf, stage.mf.mol
+    tensor = scf_tensor(mf)
+    if tensor is None or not isinstance(mf.with_df, DeviceJK):
+        return 0.0      # none kept (PySCF's own tensor stays in PySCF's object either way)
+    held = tensor.nbytes / 1e6
+    budget = budget_mb(options.max_memory)
+    auxmol, _ = make_auxmol(mol, stage.molecule.ri_auxbasis)
+    itemsize = device.storage_dtype.itemsize
+
+    def residency(mb: float) -> tuple:
+        nao, nocc = mol.nao_nr(), max(mol.nelec)
+        energy = plan_blocks(nao, auxmol.nao_nr(), [SpinShape(nocc, max(1, nao - nocc))], largest_shell(auxmol),
+                             mb, itemsize)
+        plan = gradient_plan(mol, auxmol, stage.molecule.jk_auxbasis, itemsize, mb, device.memory_mb())
+        return energy.incore, plan.stores_incore, plan.pair_block, plan.response_factors, plan.jk_half_incore
+
+    try:
+        if held < budget and residency(budget - held) == residency(budget):
+            return held
+    except ResourceError:
+        pass
+    release_scf_tensor(mf)
+    return 0.0
+
+
+def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, held_mb: float,
+                         progress: Progress | None, keep_pair_energies: bool, comm: Comm | None,
+                         kept: KeptB | None) -> tuple[MP2Result, Any]:
+    """The MP2 energy of the SCF of ``stage``, and its gradient with ``--gradient`` (from the energy's B in
+    ``kept``), within the run's budget less the ``held_mb`` MB of the SCF's tensor kept for the gradient."""
+    mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
+    budget = budget_mb(options.max_memory) - held_mb
+    result = dfmp2.kernel(mf, device, budget, molecule.ri_auxbasis, options.frozen,
+                          progress, keep_pair_energies, comm, keep_b=kept)
     method = get_method(options.method)
     what_ran = {**result.what_ran, **_basis_names(molecule, result.what_ran), "bases": molecule.record(),
-                "method": method.record()}
+                "method": method.record(), "memory_mb": budget_mb(options.max_memory)}
+    if held_mb:
+        what_ran["scf_tensor_kept_mb"] = round(held_mb, 1)   # planned around by the energy and the gradient
     timings = {"scf": t_scf, **result.timings}
     timings["total"] = t_scf + result.timings["mp2"]
     record = scf_record(mf, t_scf, options.lindep)
@@ -212,21 +264,23 @@ def compute(
     result = replace(result, timings=timings, scf=record, notes=notes, parallel=parallel, what_ran=what_ran,
                      method=method, e_disp=dispersion_energy(mf.mol, method), reference=reference)
     if options.gradient:
-        result = gradient_stage(result, mf, molecule.ri_auxbasis, options, device, progress, comm)
+        result = gradient_stage(result, mf, molecule.ri_auxbasis, options, device, progress, comm, kept, budget)
     return result, mf
 
 
 def gradient_stage(result: MP2Result, mf, auxbasis, options: RunOptions, device: Device,
-                   progress: Progress | None = None, comm: Comm | None = None) -> MP2Result:
+                   progress: Progress | None = None, comm: Comm | None = None, kept: KeptB | None = None,
+                   budget: float | None = None) -> MP2Result:
     """The analytic gradient of ``result``'s energy, the relaxed density's dipole and natural occupations
-    (:mod:`mp2trn.grad`), added to ``result`` with the stages' timings and what ran."""
+    (:mod:`mp2trn.grad`), added to ``result`` with the stages' timings and what ran; ``kept``: the energy's
+    B, which the gradient takes instead of building it again; ``budget``: MB (None: the run's)."""
     from .grad import kernel as gradient_kernel
     from .grad.properties import dipole, natural_orbitals
 
     check_stopped()
     method = result.method
-    g = gradient_kernel(mf, device, budget_mb(options.max_memory), auxbasis, options.frozen, method.c_os, method.c_ss,
-                        progress, comm=comm)
+    g = gradient_kernel(mf, device, budget_mb(options.max_memory) if budget is None else budget, auxbasis,
+                        options.frozen, method.c_os, method.c_ss, progress, comm=comm, kept_b=kept)
     mol = mf.mol
     dipoles = {"scf": dipole(mol, g.dm_hf).tolist(), "mp2_unrelaxed": dipole(mol, g.dm_unrelaxed).tolist(),
                "mp2_relaxed": dipole(mol, g.dm_relaxed).tolist()}

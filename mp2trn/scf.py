@@ -47,7 +47,7 @@ def new_mean_field(mol: gto.Mole, options: ScfOptions):
 
 def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
             device: Device | None = None, progress: Progress | None = None, comm: Comm | None = None,
-            dm0: np.ndarray | None = None, jkfit: str | dict | None = None):
+            dm0: np.ndarray | None = None, jkfit: str | dict | None = None, keep_tensor: bool = False):
     """Run RHF (spin 0) or UHF (spin > 0), or the ``options.reference`` asked for, and return the converged
     mean-field object.
 
@@ -59,6 +59,8 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     runs the same SCF driver, and the J/K builds are shared by auxiliary rows (device J/K only). ``jkfit``: the
     JK-fit basis as PySCF takes it, resolved by ``pipeline.build_molecule`` (None: PySCF's own partner of the
     orbital basis, ``make_auxbasis``).
+    ``keep_tensor``: the device J/K stage keeps the host rows of its resident tensor after the SCF (the
+    gradient's response reads them, ``grad.dfmp2.scf_tensor``, and frees them); its device copy is freed.
     Raises ConvergenceError when the SCF fails to converge.
     """
     mf = new_mean_field(mol, options)
@@ -94,7 +96,9 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
             _canonical_orbitals(mf, last)
     finally:
         if isinstance(getattr(mf, "with_df", None), DeviceJK):
+            held = mf.with_df.tensor.full if keep_tensor else None
             mf.with_df.release()  # the device copy of the tensor is not needed after the SCF
+            mf.with_df.tensor.full = held   # its host rows are, by the gradient's response, when asked
     if not np.isfinite(mf.e_tot):
         raise NumericalError(f"the SCF energy is not finite ({mf.e_tot}); the geometry or basis is degenerate")
     return mf

@@ -19,7 +19,7 @@ import numpy as np
 from .devices.base import Device
 from .df import DFIntegrals
 from .errors import ResourceError
-from .memory import BlockPlan
+from .memory import BlockPlan, SpinShape
 from .orbitals import SpinOrbitals
 from .parallel import Comm, balanced_counts, offsets, weighted_split
 from .progress import Progress
@@ -82,6 +82,75 @@ class BStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class KeptB:
+    """The energy's B handed to the gradient of the same run, so that the gradient does not build it again.
+
+    The energy stage (:func:`mp2trn.dfmp2.kernel` with ``keep_b``) leaves its fitting integrals (the
+    auxiliary molecule and L) and its :class:`BStore` here instead of closing them; the gradient takes them
+    (:meth:`take`) when they were made for its orbitals, fitting basis and storage dtype, in memory or in
+    the HDF5 file as its own plan wants them (moving B between the two when the plans differ: a copy, far
+    cheaper than the integrals and the metric solve). Whatever is not taken is closed with the holder."""
+
+    def __init__(self) -> None:
+        self.dfi: DFIntegrals | None = None
+        self.spins: list[SpinOrbitals] = []
+        self.store: BStore | None = None
+
+    def keep(self, dfi: DFIntegrals, spins: list[SpinOrbitals], store: BStore) -> None:
+        """Hold the energy's fitting integrals and its filled B ``store`` (closing anything held before)."""
+        self.close()
+        self.dfi, self.spins, self.store = dfi, spins, store
+
+    def matches(self, auxbasis, spins: list[SpinOrbitals], dtype: np.dtype) -> bool:
+        """Whether the kept B is the one the gradient would build: the same fitting basis, storage dtype and
+        active orbitals (coefficients equal to the bit)."""
+        if self.store is None or self.dfi is None or np.dtype(dtype) != self.store.dtype:
+            return False
+        if auxbasis is not None and self.dfi.auxbasis != auxbasis:
+            return False
+        return len(spins) == len(self.spins) and all(
+            np.array_equal(a.c_occ, b.c_occ) and np.array_equal(a.c_vir, b.c_vir) for a, b in zip(spins, self.spins))
+
+    def take(self, incore: bool) -> tuple[DFIntegrals, BStore]:
+        """The fitting integrals and B, in memory when ``incore`` else in an HDF5 file; the holder is empty
+        afterwards (the caller closes the store)."""
+        dfi, store = self.dfi, self.store
+        self.dfi, self.spins, self.store = None, [], None
+        if store.incore != incore:
+            store = _moved(store, incore)
+        return dfi, store
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        self.dfi, self.spins, self.store = None, [], None
+
+    def __enter__(self) -> KeptB:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _moved(store: BStore, incore: bool) -> BStore:
+    """A copy of ``store``'s arrays in memory (``incore``) or in a new HDF5 file, copied _READ_ROWS auxiliary
+    rows at a time; ``store`` is closed."""
+    naux = store.arrays[0].shape[0]
+    out = BStore(naux, [SpinShape(a.shape[1], 1) for a in store.arrays], store.dtype, incore)
+    try:
+        with scratch_writes("the energy's B moved to the scratch file", sum(a.size for a in store.arrays)
+                            * store.dtype.itemsize):
+            for src, dst in zip(store.arrays, out.arrays):
+                for row in range(0, naux, _READ_ROWS):
+                    dst[row : row + _READ_ROWS] = np.asarray(src[row : row + _READ_ROWS])
+    except BaseException:
+        out.close()
+        raise
+    finally:
+        store.close()
+    return out
 
 
 class SharedB:

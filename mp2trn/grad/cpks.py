@@ -35,7 +35,7 @@ class ResponseJK:
         self.nao = mf.mol.nao_nr()
         self.naux = tensor.shape[0]
         self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
-        self.tensor = tensor                        # (naux, nao(nao+1)/2), packed rows
+        self.tensor = tensor         # (naux, nao(nao+1)/2) packed rows, or (naux, nao, nao) (the SCF's, unpacked)
         self.b_oo, self.b_ov, self.b_vv = [], [], []
         for ch in chans:
             o, v = len(ch.occ), ch.nvir
@@ -63,7 +63,7 @@ class ResponseJK:
     def _chunks(self):
         for q0 in range(0, self.naux, self.rows):
             rows = self.tensor[q0 : q0 + self.rows]
-            yield q0, lib.unpack_tril(rows).reshape(len(rows), self.nao, self.nao)
+            yield q0, rows if rows.ndim == 3 else lib.unpack_tril(rows).reshape(len(rows), self.nao, self.nao)
 
     # -- the Z-vector's operator -----------------------------------------------------------------------
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:

@@ -24,14 +24,14 @@ from pyscf import df, dft
 from ..devices import Device
 from ..df import build_df, largest_shell, quiet_pyscf
 from ..errors import InputError, ResourceError
-from ..memory import ChannelShape, GradientSizes, plan_gradient
+from ..memory import ChannelShape, GradientPlan, GradientSizes, plan_gradient
 from ..options import LINDEP_GRADIENT, Frozen
 from ..orbitals import is_uhf, reference_orbitals, select_frozen, spin_orbitals
 from ..parallel import Comm
 from ..progress import Progress
 from ..scf import check_converged
 from ..threads import one_blas_pool
-from ..transform import BStore, build_b, scratch_writes
+from ..transform import BStore, KeptB, build_b, scratch_writes
 from . import densities, ri, rohf
 from .jk_terms import two_electron_gradient
 from .orbitals import Channel, channels
@@ -76,14 +76,19 @@ def check_full_orbital_space(mf) -> None:
 
 def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = None, frozen: Frozen = None,
            c_os: float = 1.0, c_ss: float = 1.0, progress: Progress | None = None,
-           derivatives: bool = True, comm: Comm | None = None) -> GradientResult:
+           derivatives: bool = True, comm: Comm | None = None, kept_b: KeptB | None = None,
+           reuse_scf_tensor: bool = True) -> GradientResult:
     """Analytic gradient of E_SCF + c_os·E_os + c_ss·E_ss (DF-MP2 with ``auxbasis``) for the converged
     density-fitted SCF ``mf``; the pair sweep runs on ``device`` within ``max_memory`` MB.
 
     ``derivatives=False`` stops after the relaxed density (no derivative integrals; ``gradient`` is None).
     ``comm``: ranks that share the work — each holds the whole B, runs its share of the pair strips, of the
     fitting-basis pass (its Γ̄ columns) and of the JK-fit derivative blocks; the sums are all-reduced and
-    the orbital response is solved on every rank alike, so every rank returns the same gradient."""
+    the orbital response is solved on every rank alike, so every rank returns the same gradient.
+    ``kept_b``: the energy's B and fitting integrals (:class:`mp2trn.transform.KeptB`), used instead of
+    building them again when they were made for these orbitals; ``reuse_scf_tensor``: the response's MO
+    blocks are made from the SCF's own JK-fit tensor where the SCF holds it whole in memory (False: built
+    anew, as a check). What-ran's ``gradient_reused`` says what was taken and what was built."""
     check_supported(mf)
     if derivatives:
         check_full_orbital_space(mf)
@@ -91,26 +96,39 @@ def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = 
         raise InputError(f"device {device.name!r} has no gradient pair step in precision {device.precision!r}; run "
                          "gradients on --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
     with one_blas_pool():
-        return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm or Comm())
+        return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm or Comm(),
+                       kept_b, reuse_scf_tensor)
 
 
-def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm) -> GradientResult:
+def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm, kept_b,
+            reuse_scf_tensor) -> GradientResult:
     t_start = time.perf_counter()
     mol = mf.mol
     orbs = reference_orbitals(mf)     # ROHF: semicanonical orbitals per spin (stage 3 is then .rohf's)
     frozen_sel = select_frozen(orbs, frozen)
     chans = channels(orbs, frozen_sel)
     spins = spin_orbitals(orbs, frozen_sel)
-    dfi = build_df(mol, auxbasis)
+    reuse_b = kept_b is not None and comm.size == 1 and kept_b.matches(auxbasis, spins, device.storage_dtype)
+    dfi = kept_b.dfi if reuse_b else build_df(mol, auxbasis)
     plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
                                         device.storage_dtype.itemsize), max_memory, device.memory_mb())
     timings: dict[str, float] = {}
+    reused: dict[str, str] = {}
     t0 = time.perf_counter()
     # B and Γ̄ in memory when both fit the plan, else in HDF5 files beside each other (each strip then reads
-    # one spin's B, or pairs of its occupied blocks, and writes its block's Γ̄ rows)
-    b_store = BStore(dfi.naux, spins, device.storage_dtype, plan.stores_incore)
+    # one spin's B, or pairs of its occupied blocks, and writes its block's Γ̄ rows); B is the energy's when
+    # the run kept it, moved to where this plan wants it
+    if reuse_b:
+        was_incore = kept_b.store.incore
+        dfi, b_store = kept_b.take(plan.stores_incore)
+        reused["B"] = "the energy's" + ("" if was_incore == plan.stores_incore else
+                                        ", moved " + ("into memory" if plan.stores_incore else "to an HDF5 file"))
+    else:
+        b_store = BStore(dfi.naux, spins, device.storage_dtype, plan.stores_incore)
+        reused["B"] = "built" + ("" if kept_b is None else " (the energy's was not kept for these orbitals)")
     with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore) as gamma:
-        build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
+        if not reuse_b:
+            build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
         if comm.size > 1:     # other ranks' Γ̄ columns stay zero here (HDF5 datasets start as zeros)
             for arr in gamma.arrays:
                 if isinstance(arr, np.ndarray):
@@ -133,13 +151,12 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         timings["gradient_ri"] = time.perf_counter() - t0
     del dfi, gam
     t0 = time.perf_counter()
-    products = (ResponseJK.build(mf, chans, plan.factor_chunk_mb) if plan.response_factors else None) \
-        or Products(mf, chans)
+    products, reused["jkfit_tensor"] = _response_products(mf, chans, plan, reuse_scf_tensor)
     resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian) if orbs is mf else \
         rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
     fast = isinstance(products, ResponseJK)
     del products
-    _release_scf_tensor(mf)      # the J/K builds' tensor is not needed past the response
+    release_scf_tensor(mf)      # the J/K builds' tensor is not needed past the response
     timings["gradient_response"] = time.perf_counter() - t0
     terms: dict[str, np.ndarray] = {}
     gradient = None
@@ -158,7 +175,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips,
-                "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast)}
+                "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast),
+                "gradient_reused": reused}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
                           _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed, dm_hf), resp.iterations, timings, what_ran)
 
@@ -175,20 +193,52 @@ def gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes: list[ChannelShape], 
 
 
 def check_budget_before_scf(mol, rifit_auxmol, jk_auxbasis: str | dict, itemsize: int, budget: float,
-                            device_mb: float | None = None) -> None:
-    """Raise ResourceError before the SCF when no plan of the gradient fits ``budget`` MB (``jk_auxbasis``:
-    the SCF's JK-fit basis as PySCF takes it); the orbital counts are the all-electron ones per spin (an upper
-    bound: frozen core only shrinks them)."""
+                            device_mb: float | None = None) -> GradientPlan:
+    """The gradient's plan before the SCF, from the all-electron orbital counts per spin (an upper bound:
+    frozen core only shrinks them); ResourceError when none fits ``budget`` MB (``jk_auxbasis``: the SCF's
+    JK-fit basis as PySCF takes it)."""
     with quiet_pyscf():
         jkfit_auxmol = df.addons.make_auxmol(mol, jk_auxbasis)
     nao = mol.nao_nr()
     shapes = [ChannelShape(n, n, max(1, nao - n)) for n in sorted(set(mol.nelec))]
-    plan_gradient(gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes, itemsize), budget, device_mb)
+    return plan_gradient(gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes, itemsize), budget, device_mb)
 
 
-def _release_scf_tensor(mf) -> None:
-    """Free the SCF J/K stage's tensor (made again for the response's J/K builds; a later build makes it
-    anew), leaving its device open."""
+def scf_tensor(mf) -> np.ndarray | None:
+    """The SCF's JK-fit tensor B = L⁻¹(Q|μν) (fp64) where the SCF holds all its rows in memory: packed
+    (naux, nao(nao+1)/2) or unpacked (naux, nao, nao) as its J/K builds read it — mp2trn's resident tensor,
+    or PySCF's own ``_cderi`` — else None (streamed, shared over ranks, or not built)."""
+    from ..jk import DeviceJK
+
+    with_df = mf.with_df
+    if not isinstance(with_df, df.DF) or with_df.auxmol is None:
+        return None
+    naux = with_df.auxmol.nao_nr()
+    held = [with_df.tensor.full] if isinstance(with_df, DeviceJK) else []
+    for tensor in held + [with_df._cderi]:   # PySCF's own, in memory (not its HDF5 file's name)
+        if isinstance(tensor, np.ndarray) and tensor.shape[0] == naux:
+            return tensor
+    return None
+
+
+def _response_products(mf, chans: list[Channel], plan, reuse: bool) -> tuple[Any, str]:
+    """The response's Coulomb/exchange products and where their JK-fit tensor came from (what-ran): the MO
+    blocks of the SCF's own tensor when the plan has room for them (``reuse``: that tensor as the SCF holds
+    it; else one built here), or the SCF's J/K builds."""
+    if not plan.response_factors:
+        return Products(mf, chans), "not needed (the response ran J/K builds of the SCF's tensor)"
+    tensor = scf_tensor(mf) if reuse else None
+    if tensor is not None:
+        return ResponseJK(mf, chans, tensor), "the SCF's (its MO blocks made from it)"
+    built = ResponseJK.build(mf, chans, plan.factor_chunk_mb)
+    if built is None:
+        return Products(mf, chans), "not made (metric not positive definite): the SCF's J/K builds"
+    return built, "built again" + ("" if not reuse else " (the SCF does not hold it whole in memory)")
+
+
+def release_scf_tensor(mf) -> None:
+    """Free the SCF J/K stage's tensor (kept after the SCF for the response, or made again for its J/K
+    builds; a later build makes it anew), leaving its device open."""
     from ..jk import DeviceJK
     if isinstance(mf.with_df, DeviceJK):
         mf.with_df.tensor.release()

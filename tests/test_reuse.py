@@ -1,0 +1,62 @@
+"""Nothing built twice: the gradient of a run takes the energy's B and the SCF's JK-fit tensor instead of
+building them again, and gives the gradient of the path that rebuilds them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mp2trn.grad import kernel as gradient_kernel
+from mp2trn.options import RunOptions
+from mp2trn.pipeline import compute, open_device
+from mp2trn.transform import BStore, KeptB
+
+WATER = "O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45"
+HYDROXYL = "O 0 0 0; H 0.1 0 1.05"
+
+
+@pytest.mark.parametrize("atom, multiplicity", [(WATER, 1), (HYDROXYL, 2)], ids=["rhf", "uhf"])
+def test_gradient_reusing_b_and_scf_tensor_equals_rebuilding(atom, multiplicity):
+    """cpu fp64: the run's gradient (the energy's B, the SCF's tensor for the response's MO blocks) equals the
+    gradient kernel building both again, to 1e-10; what-ran says which was reused."""
+    options = RunOptions.build(None, basis="cc-pvdz", multiplicity=multiplicity, gradient=True, conv_tol=1e-10,
+                               frozen="auto")
+    with open_device(options) as device:
+        result, mf = compute(atom, options, device)
+        assert mf.with_df.tensor.full is None      # the kept tensor is freed after the response
+        rebuilt = gradient_kernel(mf, device, 2000.0, None, "auto", kept_b=None, reuse_scf_tensor=False)
+    reused = result.what_ran["gradient_reused"]
+    assert reused["B"] == "the energy's" and reused["jkfit_tensor"].startswith("the SCF's")
+    assert result.what_ran["scf_tensor_kept_mb"] > 0
+    assert rebuilt.what_ran["gradient_reused"] == {"B": "built", "jkfit_tensor": "built again"}
+    assert np.max(np.abs(result.gradient - rebuilt.gradient)) < 1e-10
+    assert np.max(np.abs(result.densities.dm_relaxed - rebuilt.dm_relaxed)) < 1e-10
+
+
+def test_kept_b_moves_between_memory_and_file_and_refuses_other_orbitals():
+    """A kept B is handed over only for the same orbitals, fitting basis and dtype; it moves to an HDF5 file
+    (or back) when the gradient's plan wants it there, unchanged."""
+    from mp2trn.df import DFIntegrals
+    from mp2trn.orbitals import SpinOrbitals
+
+    rng = np.random.default_rng(7)
+    spin = SpinOrbitals("", rng.normal(size=(6, 3)), rng.normal(size=(6, 4)), np.zeros(3), np.zeros(4))
+    dfi = DFIntegrals(None, None, "cc-pvdz-ri", np.eye(5))
+    store = BStore(5, [spin], np.float64, incore=True)
+    store.arrays[0][...] = rng.normal(size=(5, 12))
+    expected = store.arrays[0].copy()
+    with KeptB() as kept:
+        kept.keep(dfi, [spin], store)
+        other = SpinOrbitals("", spin.c_occ + 1e-15, spin.c_vir, spin.e_occ, spin.e_vir)
+        assert not kept.matches("cc-pvdz-ri", [other], np.float64)
+        assert not kept.matches("def2-svp-ri", [spin], np.float64)
+        assert not kept.matches("cc-pvdz-ri", [spin], np.float32)
+        assert kept.matches("cc-pvdz-ri", [spin], np.float64)
+        got_dfi, on_file = kept.take(incore=False)
+        assert got_dfi is dfi and kept.store is None and not on_file.incore
+        assert np.array_equal(on_file.arrays[0][...], expected)
+        kept.keep(dfi, [spin], on_file)
+        _, back = kept.take(incore=True)
+        with back:
+            assert back.incore and np.array_equal(back.arrays[0], expected)
+    assert not store.arrays      # the in-memory original was closed when it moved
