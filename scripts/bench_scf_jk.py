@@ -4,6 +4,7 @@
     python scripts/bench_scf_jk.py --trace               # ΔE and gradient per cycle, fp64 and mixed
     python scripts/bench_scf_jk.py --sweep 2e-6 1e-8 1e-9 1e-10
     python scripts/bench_scf_jk.py --grad-sweep 1e-3 1e-4 --reset-diis
+    python scripts/bench_scf_jk.py --incremental --device cpu --xyz molecules/benzene.xyz
 
 Prints the time of PySCF's own 3-index (Cholesky) tensor build, then for an fp64 SCF with device J/K:
 the first J/K build (which moves the tensor to the device), the median of the later builds, the number of
@@ -13,7 +14,9 @@ that switch on the energy alone (|ΔE| per cycle below threshold·|E|): cycles i
 and the energy. With ``--grad-sweep``, fp32
 SCFs that switch on the orbital gradient instead (norm of PySCF's ``norm_gorb`` below the threshold; the
 energy rules off, at most 40 fp32 cycles), optionally clearing the DIIS history at the switch; prints the
-last fp32 gradients too. A benchmark: it prints measurements and asserts nothing.
+last fp32 gradients too. With ``--incremental``, the device's mixed schedule with full and with
+difference-density builds in one process (mp2trn.jk.PrecisionSchedule): cycles per precision, J/K seconds
+and their ratio, the energy against the fp64 SCF's. A benchmark: it prints measurements and asserts nothing.
 """
 
 from __future__ import annotations
@@ -87,6 +90,25 @@ def trace(mol, device: str) -> None:
             print(f"| {cycle} | {label} | {de:+.2e} | {g:.2e} |")
 
 
+def incremental(mol, device: str) -> None:
+    """The device's default precision schedule with full and with difference-density builds, one process."""
+    ref, _, _ = scf_with_device_jk(mol, "fp64", "cpu")
+    print("\n| builds | cycles | incremental builds | J/K (s) | SCF (s) | E − E(cpu fp64) (Eh) |")
+    print("|---|---|---:|---:|---:|---:|")
+    seconds = {}
+    for inc in (False, True):
+        mf = density_fit_jk(scf.RHF(mol).density_fit(), device=device, precision="fp32", incremental=inc)
+        mf.conv_tol, mf.verbose = 1e-10, 0
+        t0 = time.perf_counter()
+        mf.kernel()
+        t = time.perf_counter() - t0
+        record = mf.with_df.jk_record()
+        seconds[inc] = record["jk_seconds"]
+        print(f"| {'difference density' if inc else 'full'} | {precision_runs(record['precision_per_cycle'])} | "
+              f"{record['incremental_builds']} | {record['jk_seconds']:.2f} | {t:.2f} | {mf.e_tot - ref.e_tot:.1e} |")
+    print(f"J/K seconds, difference-density / full: {seconds[True] / seconds[False]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
@@ -96,12 +118,16 @@ def main() -> None:
     ap.add_argument("--sweep", nargs="*", type=float, default=[],
                     help="energy switch thresholds for fp32 SCFs (the energy rule alone)")
     ap.add_argument("--grad-sweep", nargs="*", type=float, default=[], help="orbital-gradient switch thresholds")
+    ap.add_argument("--incremental", action="store_true", help="only: full against difference-density builds")
     ap.add_argument("--reset-diis", action="store_true", help="with --grad-sweep: clear DIIS at the switch")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     print(f"{Path(args.xyz).stem}/{args.basis}, device {args.device}; {machine_description()}")
     if args.trace:
         trace(mol, args.device)
+        return
+    if args.incremental:
+        incremental(mol, args.device)
         return
     mf, t_tensor, t_scf = scf_with_device_jk(mol, "fp64", args.device)
     builds = [b["seconds"] for b in mf.with_df.log.builds]

@@ -72,6 +72,12 @@ class Device(ABC):
             info["device_selection"] = self.selection_note
         return info
 
+    def computes_on_host_cores(self) -> bool:
+        """Whether the device's arithmetic runs on the host's CPU cores (the CPU, the NKI emulator, torch on a
+        CPU). Then the host makes its integral blocks in turn with the device's work; else (a GPU, a
+        NeuronCore) it makes the next block while the device works on the current one (:mod:`mp2trn.overlap`)."""
+        return True
+
     def memory_mb(self) -> float | None:
         """MB of its own memory the device computes in (the gradient's plan fits a strip's arrays into it), or
         None when it computes in host memory, which ``--memory`` already counts."""
@@ -182,9 +188,12 @@ class Device(ABC):
         whose :attr:`jk_precisions` list one); the memory plan of the SCF counts them."""
         return np.dtype(dtype).itemsize
 
-    #: whether the SCF's reduced-precision builds are difference-density ones by default
-    #: (:class:`mp2trn.jk.PrecisionSchedule`: their rounding error then follows |ΔD|, not |D|)
-    jk_incremental: bool = True
+    #: whether the SCF's builds are difference-density ones by default (:class:`mp2trn.jk.PrecisionSchedule`:
+    #: their rounding error then follows |ΔD|, not |D|). Off where the final builds are fp64 (cpu, cuda): a
+    #: ΔD factor has up to 2·nocc columns, twice D's, and the fp32 cycles gain nothing there
+    #: (``python scripts/bench_scf_jk.py --incremental``, docs/precision.md); on for the NKI devices, whose
+    #: fp32x3 final builds settle the energy only so (mp2trn.devices.nki_device)
+    jk_incremental: bool = False
 
     #: whether the builds can do without that copy, reading the host rows as they go (slower), when the
     #: SCF's plan has room for the resident host tensor but not for the copy beside it (the CPU's fp32

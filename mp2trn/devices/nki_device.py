@@ -238,6 +238,8 @@ class NkiDevice(Device):
     # -- the SCF's J/K builds: fp32 kernels, and the compensated fp32x3 ones (see mp2trn.jk) ------------
     has_jk = True
     jk_precisions = ("fp32", "fp32x3")
+    #: difference-density builds: the fp32x3 final builds settle the energy only when incremental (mp2trn.jk)
+    jk_incremental = True
 
     def jk_copy_itemsize(self, dtype, planes=1) -> int:
         """fp32: the block in fp32 (4 bytes); compensated: the planes of both splits (:class:`_X3Block`,
@@ -541,3 +543,6 @@ class NeuronDevice(NkiDevice):
 
     name = "neuron"
     kind = "neuron"
+
+    def computes_on_host_cores(self) -> bool:
+        return False     # the kernels run on the NeuronCore: the host makes its next integral block meanwhile
