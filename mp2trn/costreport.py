@@ -160,8 +160,8 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
     if cost.get("kind") == "roofline":
         lines.append(f"CPU roofline (measured); {_rates_note(cost)}")
         for entry in cost.get("stages", {}).values():
-            lines.append(f"  {_stage_label(entry):24s} {entry['seconds']:8.3f} s  {entry['gflops_per_s']:7.1f} GFLOP/s  "
-                         f"{100 * entry['share_of_gemm']:3.0f}% of {entry['gemm']}")
+            lines.append(f"  {_stage_label(entry):24s} {entry['seconds']:8.3f} s  "
+                         f"{entry['gflops_per_s']:7.1f} GFLOP/s  {100 * entry['share_of_gemm']:3.0f}% of {entry['gemm']}")
         return lines
     if cost.get("kind") == "measured":
         lines.append(f"NeuronCore wall time ({cost.get('target')}), {cost.get('launches')} launches")

@@ -13,8 +13,8 @@ deleting the file) measures again.
 Counted arithmetic per stage (flops; elementwise work, unpacking and copies not counted, so that their
 time shows as a lower share): SCF J/K per block of p rows: Z = Cᵀ B_P 2·p·nao²·n, the exchange syrk
 p·n·nao(nao+1), J's two GEMVs 4·p·(stored elements per row); ao_to_mo two half-transforms
-2·p·nao²·no + 2·p·nao·no·nv; metric solve naux²·n; pair step the T GEMMs 2·naux·(ni·nva)·(nj·nvb) (i ≤ j
-on a diagonal block); gradient pairs its five GEMMs per column of pairs.
+2·p·nao²·no + 2·p·nao·no·nv; metric solve naux²·n; pair step the T GEMMs 2·naux·(ni·nva)·(nj·nvb)
+(i ≤ j on a diagonal block); gradient pairs its five GEMMs per column of pairs.
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def roofline_report(stages: dict[tuple[str, str], tuple[float, float, int]], rat
         "gemm_rates": {"fp64_gflops": rates["fp64"], "fp32_gflops": rates["fp32"], "n": rates.get("n"),
                        "measured": rates.get("measured"), "load_average": rates.get("load_average"),
                        "machine": rates.get("key"), "cache": rates.get("cache")},
-        "counted": "GEMM-like arithmetic only (mp2trn.roofline); unpacking, copies and elementwise work lower the share",
+        "counted": ("GEMM-like arithmetic only (mp2trn.roofline); unpacking, copies and elementwise work "
+                    "lower the share"),
         "stages": {},
     }
     for (stage, precision), (seconds, flops, calls) in stages.items():

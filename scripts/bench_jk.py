@@ -131,8 +131,8 @@ def part_costs(mol, precisions: list[str], repeat: int, threads: int | None) -> 
     dm = _guess_density(mol)
     clock = time.thread_time if threads == 1 else time.perf_counter
     rates = {p: measure_gemm_rate(np.float32 if p == "fp32" else np.float64, clock=clock) for p in ("fp64", "fp32")}
-    print(f"GEMM {GEMM_N}³ in this run ({'one BLAS thread, CPU time of this thread' if threads == 1 else 'wall time'}): "
-          f"DGEMM {rates['fp64']:.0f}, SGEMM {rates['fp32']:.0f} GFLOP/s")
+    how = "one BLAS thread, CPU time of this thread" if threads == 1 else "wall time"
+    print(f"GEMM {GEMM_N}³ in this run ({how}): DGEMM {rates['fp64']:.0f}, SGEMM {rates['fp32']:.0f} GFLOP/s")
     for precision in precisions:
         _print_parts(mol, dm, get_device("cpu", precision), packed, precision, repeat, clock, rates[precision])
         if precision == "fp32":   # the same build as before the fp32 copy, for the ratio within this run

@@ -35,7 +35,8 @@ def test_pair_sums_match_the_textbook(precision, rel):
              (b_i, b_j, e_i, e_j, ev_a, ev_a, True),      # same spin, two blocks
              (b_i, b_k, e_i, e_j, ev_a, ev_b, False)]     # opposite spins: nva ≠ nvb, no exchange
     for bi, bj, ei, ej, eva, evb, exchange in cases:
-        os_, x = dev.pair_energies(bi.astype(dtype), None if bj is None else bj.astype(dtype), ei, ej, eva, evb, exchange)
+        b_j = None if bj is None else bj.astype(dtype)
+        os_, x = dev.pair_energies(bi.astype(dtype), b_j, ei, ej, eva, evb, exchange)
         ref_os, ref_x = _textbook(bi, bi if bj is None else bj, ei, ej, eva, evb)
         if bj is None:   # only i ≤ j is formed; the rest is 0
             ref_os, ref_x = np.triu(ref_os), np.triu(ref_x)
