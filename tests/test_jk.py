@@ -491,3 +491,19 @@ def test_the_plan_counts_the_fp32_copy(references):
         vj, vk = runs[label][0]
         assert np.abs(vj - vj0).max() < 1e-12
         assert np.abs(vk - vk0).max() < FP32_REL * np.abs(vk0).max()
+
+
+@pytest.mark.parametrize("precision,tol", [("fp64", 1e-12), ("fp32", 1e-6)])
+def test_an_empty_spin_channel_has_zero_exchange(precision, tol):
+    """The hydrogen atom's β channel has no occupied orbital: its K is zero, J and α's K are PySCF's."""
+    from pyscf import gto
+
+    mol = gto.M(atom="H 0 0 0", basis="cc-pvdz", spin=1)
+    ref = scf.UHF(mol).density_fit()
+    ref.verbose = 0
+    ref.kernel()
+    dm = ref.make_rdm1()
+    vj0, vk0 = ref.get_jk(mol, dm)
+    vj, vk = density_fit_jk(scf.UHF(mol).density_fit(), device=get_device("cpu", precision)).get_jk(mol, dm)
+    assert np.abs(vj - vj0).max() < tol and np.abs(vk - vk0).max() < tol and not vk[1].any()
+    assert np.abs(vk0[0]).max() > 0.1

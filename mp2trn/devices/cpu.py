@@ -262,7 +262,7 @@ class CpuDevice(Device):
         vk = np.zeros((nao, nao)) if with_k else None
         weights = _coulomb_weights(dm, packed) if with_j else None
         if with_j and not terms:   # nothing to unpack: J alone, one pass over the rows
-            return _unpack_j(self._coulomb(flat_src, weights), packed, nao), None
+            return _unpack_j(self._coulomb(flat_src, weights), packed, nao), vk   # vk: zero when asked (no factor)
         rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
         width = sum(ct.shape[0] for ct, _ in terms)
         group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * dtype.itemsize))))
@@ -339,7 +339,7 @@ class CpuDevice(Device):
                         if z.size:
                             vk_upper += sign * scipy_blas.ssyrk(1.0, z.reshape(-1, nao).T, trans=0, lower=0)
                     self._tick("syrk K += Z^T Z", t0)
-        vk = None
+        vk = np.zeros((nao, nao)) if with_k else None   # zero when asked with no factor (an empty spin channel)
         if vk_upper is not None:
             vk = np.triu(vk_upper)
             vk += np.triu(vk, 1).T
