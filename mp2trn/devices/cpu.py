@@ -156,6 +156,13 @@ class CpuDevice(Device):
                 p_vir_k += tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)
         return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
 
+    # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------
+    def response_gemm(self, a_t, b, stage="zvector"):
+        t0 = time.perf_counter()
+        out = np.asarray(a_t).T @ b
+        self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
+        return out
+
     # -- SCF J/K --------------------------------------------------------------------------------------
     has_jk = True
 
@@ -261,8 +268,8 @@ class CpuDevice(Device):
         vj = np.zeros(flat_src.shape[1]) if with_j else None
         vk = np.zeros((nao, nao)) if with_k else None
         weights = _coulomb_weights(dm, packed) if with_j else None
-        if with_j and not terms:   # nothing to unpack: J alone, one pass over the rows
-            return _unpack_j(self._coulomb(flat_src, weights), packed, nao), vk   # vk: zero when asked (no factor)
+        if not terms:   # nothing to unpack: J alone, one pass over the rows; K zero when asked (no factor)
+            return (_unpack_j(self._coulomb(flat_src, weights), packed, nao) if with_j else None), vk
         rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
         width = sum(ct.shape[0] for ct, _ in terms)
         group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * dtype.itemsize))))

@@ -58,6 +58,9 @@ class TorchDevice(Device):
             return None
         return self.torch.cuda.mem_get_info(self.device)[0] / 1e6
 
+    def computes_on_host_cores(self) -> bool:
+        return self.device.type != "cuda"   # a GPU computes on its own; torch on a CPU shares the host's cores
+
     def _t(self, a: np.ndarray):
         return self.torch.as_tensor(np.asarray(a), device=self.device).to(self._tdtype)
 
@@ -70,6 +73,18 @@ class TorchDevice(Device):
     def metric_solve(self, l_chol, v):
         b = self.torch.linalg.solve_triangular(self._t(l_chol), self._t(v), upper=False)
         return b.cpu().numpy().astype(self.storage_dtype, copy=False)
+
+    # -- the orbital response's GEMMs: the operands stay on the GPU, in the device's precision -----------------
+    @property
+    def response_precision(self) -> str:
+        return self.precision
+
+    def response_operand(self, a_t):
+        return self._t(a_t)
+
+    def response_gemm(self, a_t, b, stage="zvector"):
+        a = a_t if self.torch.is_tensor(a_t) else self._t(a_t)
+        return (a.T @ self._t(b)).to(self.torch.float64).cpu().numpy()
 
     # -- SCF J/K: the tensor stays on the GPU for the whole SCF when it fits (mp2trn.jk decides) ----------
     has_jk = True

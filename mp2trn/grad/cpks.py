@@ -13,6 +13,20 @@ G[X] on occupied orbitals, and with B_Q the Cholesky-decomposed tensor (B = L⁻
 with the MO blocks B^Q_vv, B^Q_ov = (B^Q_vo)ᵀ, B^Q_oo of the tensor made once, so that a Z-vector iteration costs
 2·nvir²·nocc·naux FLOPs instead of a J/K build. The tensor is built once (packed μ ≥ ν,
 :func:`mp2trn.df.cholesky_tensor`) and read in row chunks, each unpacked in a small buffer.
+
+The Z-vector's products are GEMMs on the gradient's device (:meth:`mp2trn.devices.Device.response_gemm`,
+stage ``zvector``): the MO blocks go to the device once per gradient, in the layouts the GEMMs contract
+(C = A_Tᵀ B with A_T the kept block), and each product sends z and two small intermediates:
+
+    M^Q_ij = Σ_b z_bi B^Q_jb        A_T = B_vo as (b, (Q, j)),   B = z         → ((Q, j), i)
+    Y^Q_bj = Σ_i z_bi B^Q_ij        A_T = B_oo as (i, (Q, j)),   B = zᵀ        → ((Q, j), b)
+    Σ_Q B^Q_vv Y^Q                   A_T = B_vv as ((Q, b), a),   B = Y^Q by (Q, b) rows (host transpose)
+    Σ_Q B^Q_vo M^Q                   A_T = B_ov as ((Q, i), a),   B = M^Q by (Q, i) rows (host transpose)
+    J: ρ_Q = 2 Σ_i M^Q_ii (host);    A_T = B_ov as (Q, (i, a)),   B = ρ
+
+in the device's precision (sim: the ``gemm`` kernel in fp32 or ``gemm_x3`` in fp32x3; cuda: torch; cpu:
+fp64), the solver's vectors and sums in fp64 on the host. The G[X] columns for the Lagrangian and W stay
+host fp64 GEMMs of the AO tensor (two per gradient).
 """
 
 from __future__ import annotations
@@ -20,6 +34,8 @@ from __future__ import annotations
 import numpy as np
 from pyscf import lib
 
+from ..devices import Device
+from ..devices.cpu import CpuDevice
 from ..df import cholesky_tensor
 from .orbitals import Channel
 
@@ -30,8 +46,9 @@ _CHUNK_BYTES = 64e6
 class ResponseJK:
     """G^σ = J[X^α + X^β] − K[X^σ] products (an RHF channel: J[2X] − K[X]) on occupied columns."""
 
-    def __init__(self, mf, chans: list[Channel], tensor: np.ndarray):
+    def __init__(self, mf, chans: list[Channel], tensor: np.ndarray, device: Device | None = None):
         self.chans = chans
+        self.device = device or CpuDevice()   # None: the host's fp64 GEMMs
         self.nao = mf.mol.nao_nr()
         self.naux = tensor.shape[0]
         self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
@@ -51,14 +68,52 @@ class ResponseJK:
             self.b_oo.append(oo)
             self.b_ov.append(ov)   # (Q, i, a): its (Q·i, a) rows are Σ_Q B^Q_vo W_Q's contraction as they lie
             self.b_vv.append(vv)
+        self._kept = [self._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
+        #: Z-vector products and GEMM launches so far
+        self.products = self.launches = 0
+
+    def _keep(self, oo: np.ndarray, ov: np.ndarray, vv: np.ndarray) -> dict:
+        """The blocks in the layouts the Z-vector's GEMMs contract, handed to the device once."""
+        naux, o, v = ov.shape
+        keep = self.device.response_operand
+        return {"vo_by_vir": keep(ov.transpose(2, 0, 1).reshape(v, naux * o)),     # (b, (Q, j))
+                "oo_by_occ": keep(oo.transpose(1, 0, 2).reshape(o, naux * o)),     # (i, (Q, j))
+                "vv_rows": keep(vv.reshape(naux * v, v)),                          # ((Q, b), a)
+                "ov_rows": keep(ov.reshape(naux * o, v)),                          # ((Q, i), a)
+                "ov_by_aux": keep(ov.reshape(naux, o * v))}                        # (Q, (i, a))
+
+    def _gemm(self, a_t, b: np.ndarray) -> np.ndarray:
+        self.launches += 1
+        return self.device.response_gemm(a_t, np.ascontiguousarray(b), "zvector")
+
+    @property
+    def precision(self) -> str:
+        """The arithmetic of the Z-vector's products."""
+        return self.device.response_precision
+
+    def describe(self) -> dict:
+        """Where the Z-vector's products ran (what-ran): device, precision, products and GEMM launches."""
+        return {"device": self.device.name, "precision": self.precision, "products": self.products,
+                "gemm_launches": self.launches}
+
+    def diagonal(self) -> np.ndarray:
+        """The orbital Hessian's diagonal per channel, concatenated over (a, k) in z's order (fp64):
+        (ε_a − ε_k) + 2w (ak|ak) − (ak|ak) − (aa|kk) with w the channel's weight — the Z-vector's
+        preconditioner (fewer iterations than the orbital-energy differences alone)."""
+        out = []
+        for ch, oo, ov, vv in zip(self.chans, self.b_oo, self.b_ov, self.b_vv):
+            akak = np.einsum("qka,qka->ak", ov, ov)
+            aakk = np.einsum("qaa,qkk->ak", vv, oo)
+            out.append(((ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]) + (2.0 * ch.weight - 1.0) * akak - aakk).ravel())
+        return np.concatenate(out)
 
     @classmethod
-    def build(cls, mf, chans: list[Channel], chunk_mb: float = 256.0) -> ResponseJK | None:
+    def build(cls, mf, chans: list[Channel], chunk_mb: float = 256.0, device: Device | None = None) -> ResponseJK | None:
         """The products from a tensor built here (its integrals solved in row chunks of ``chunk_mb`` MB), or
         None when the metric is not positive definite (then generic J/K builds). Whether the tensor and the MO
         blocks fit the budget is the gradient's memory plan's call (:func:`mp2trn.memory.plan_gradient`)."""
         tensor = cholesky_tensor(mf.mol, mf.with_df.auxmol, chunk_mb=chunk_mb, packed=True)
-        return None if tensor is None else cls(mf, chans, tensor)
+        return None if tensor is None else cls(mf, chans, tensor, device)
 
     def _chunks(self):
         for q0 in range(0, self.naux, self.rows):
@@ -67,19 +122,20 @@ class ResponseJK:
 
     # -- the Z-vector's operator -----------------------------------------------------------------------
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
-        """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc)."""
-        rho = sum(ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())
-                  for ch, ov, z in zip(self.chans, self.b_ov, zs))
-        out = []
-        for ch, ov, oo, vv, z in zip(self.chans, self.b_ov, self.b_oo, self.b_vv, zs):
+        """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc): five GEMMs per
+        channel on the device (module docstring), the transposes between them and ρ on the host."""
+        self.products += 1
+        exchange, rho = [], np.zeros(self.naux)
+        for ch, kept, z in zip(self.chans, self._kept, zs):
             o, v = len(ch.occ), ch.nvir
-            coulomb = (rho @ ov.reshape(self.naux, -1)).reshape(o, v).T
-            # Σ_Q B^Q_vv (z B^Q_oo): B^Q_vv is symmetric, so its (Q, a) rows are the contraction of one GEMM
-            first = vv.reshape(-1, v).T @ np.matmul(z, oo).reshape(-1, o)
-            # Σ_Q B^Q_vo (zᵀ B^Q_vo): B^Q_ov's (Q·i, a) rows, read transposed by the GEMM (no copy)
-            second = ov.reshape(-1, v).T @ np.matmul(z.T, ov.transpose(0, 2, 1)).reshape(-1, o)
-            out.append(coulomb - (first + second))
-        return out
+            m = self._gemm(kept["vo_by_vir"], z).reshape(self.naux, o, o)          # m[Q, j, i] = M^Q_ij
+            y = self._gemm(kept["oo_by_occ"], z.T).reshape(self.naux, o, v)        # y[Q, j, b] = Y^Q_bj
+            rho += ch.weight * 2.0 * np.einsum("qii->q", m)
+            first = self._gemm(kept["vv_rows"], y.transpose(0, 2, 1).reshape(-1, o))   # Σ_Q B^Q_vv Y^Q
+            second = self._gemm(kept["ov_rows"], m.transpose(0, 2, 1).reshape(-1, o))  # Σ_Q B^Q_vo M^Q
+            exchange.append(first + second)
+        return [self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(len(ch.occ), ch.nvir).T - k
+                for ch, kept, k in zip(self.chans, self._kept, exchange)]
 
     # -- G of a general symmetric matrix, occupied columns ---------------------------------------------
     def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:

@@ -151,10 +151,11 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         timings["gradient_ri"] = time.perf_counter() - t0
     del dfi, gam
     t0 = time.perf_counter()
-    products, reused["jkfit_tensor"] = _response_products(mf, chans, plan, reuse_scf_tensor)
+    products, reused["jkfit_tensor"] = _response_products(mf, chans, plan, reuse_scf_tensor, device)
     resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian) if orbs is mf else \
         rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
     fast = isinstance(products, ResponseJK)
+    zvector = {**products.describe(), "iterations": resp.iterations, "residual": resp.residual}
     del products
     release_scf_tensor(mf)      # the J/K builds' tensor is not needed past the response
     timings["gradient_response"] = time.perf_counter() - t0
@@ -171,8 +172,10 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
-                "gradient_jk": ("occupied-factor products of the JK-fit tensor (host, fp64)" if fast else
+                "gradient_jk": ("occupied-factor products of the JK-fit tensor (Z-vector GEMMs on "
+                                f"{zvector['device']}, {zvector['precision']}; G[P] columns host, fp64)" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
+                "zvector": zvector,
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips,
                 "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast),
@@ -221,7 +224,7 @@ def scf_tensor(mf) -> np.ndarray | None:
     return None
 
 
-def _response_products(mf, chans: list[Channel], plan, reuse: bool) -> tuple[Any, str]:
+def _response_products(mf, chans: list[Channel], plan, reuse: bool, device: Device) -> tuple[Any, str]:
     """The response's Coulomb/exchange products and where their JK-fit tensor came from (what-ran): the MO
     blocks of the SCF's own tensor when the plan has room for them (``reuse``: that tensor as the SCF holds
     it; else one built here), or the SCF's J/K builds."""
@@ -229,8 +232,8 @@ def _response_products(mf, chans: list[Channel], plan, reuse: bool) -> tuple[Any
         return Products(mf, chans), "not needed (the response ran J/K builds of the SCF's tensor)"
     tensor = scf_tensor(mf) if reuse else None
     if tensor is not None:
-        return ResponseJK(mf, chans, tensor), "the SCF's (its MO blocks made from it)"
-    built = ResponseJK.build(mf, chans, plan.factor_chunk_mb)
+        return ResponseJK(mf, chans, tensor, device), "the SCF's (its MO blocks made from it)"
+    built = ResponseJK.build(mf, chans, plan.factor_chunk_mb, device)
     if built is None:
         return Products(mf, chans), "not made (metric not positive definite): the SCF's J/K builds"
     return built, "built again" + ("" if not reuse else " (the SCF does not hold it whole in memory)")

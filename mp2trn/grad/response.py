@@ -70,15 +70,26 @@ def unrelaxed(chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndar
 #: relative residual at which the Z-vector stops; the finite-difference tests (tests/test_gradient.py) hold
 #: the gradient to 1e-6 Eh/bohr with it
 ZVECTOR_TOL = 1e-8
+#: the same by the arithmetic of the products where it differs: fp32 products (sim, cuda in fp32) stall between
+#: 1e-7 and 1e-8 — hydroxyl/cc-pVDZ on sim: 10 products to 1e-7, 25 to 1e-8, its gradient 1.9e-8 Eh/bohr from
+#: cpu fp64 either way (the rest is the fp32 pair step)
+ZVECTOR_TOLS = {"fp32": 1e-7}
 
 
 def solve_zvector(products: Products, chans: list[Channel], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
                   max_iter: int = 100) -> tuple[list[np.ndarray], int, float]:
     """z per channel (nvir, nocc) from (ε_a − ε_k) z + G[Z + Zᵀ]_vo = −L by preconditioned conjugate
-    gradients (the orbital Hessian of a stable SCF is positive definite); one G product per iteration.
-    Stops when ‖r‖ < tol·‖L‖; raises ConvergenceError after ``max_iter`` iterations."""
+    gradients (the orbital Hessian of a stable SCF is positive definite), from z = 0: exactly one G product
+    per iteration (none for the start). The preconditioner is the Hessian's diagonal where the products
+    have it (:meth:`ResponseJK.diagonal`: water 9, benzene 9, hydroxyl 11 products against 11, 10, 13 with
+    the orbital-energy differences and a first residual; scripts/bench_zvector.py), else the orbital-energy
+    differences. The vectors, the residual's recurrence and every dot product are fp64 on the host; only
+    the products run on the device. Stops when ‖r‖ < tol·‖L‖; raises ConvergenceError after ``max_iter``
+    iterations."""
     shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
     diag = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in chans])
+    exact = products.diagonal()
+    precondition = diag if exact is None else exact
 
     def split(v):
         out, k = [], 0
@@ -94,9 +105,9 @@ def solve_zvector(products: Products, chans: list[Channel], lag: list[np.ndarray
     norm = float(np.linalg.norm(rhs))
     if norm == 0.0:
         return split(np.zeros_like(rhs)), 0, 0.0
-    x = rhs / diag
-    r = rhs - apply(x)
-    z = r / diag
+    x = np.zeros_like(rhs)
+    r = rhs.copy()
+    z = r / precondition
     p = z.copy()
     rz = float(r @ z)
     for it in range(1, max_iter + 1):
@@ -107,7 +118,7 @@ def solve_zvector(products: Products, chans: list[Channel], lag: list[np.ndarray
         res = float(np.linalg.norm(r))
         if res < tol * norm:
             return split(x), it, res / norm
-        z = r / diag
+        z = r / precondition
         rz_new = float(r @ z)
         p = z + (rz_new / rz) * p
         rz = rz_new
@@ -122,11 +133,21 @@ class Products:
 
     def __init__(self, mf, chans: list[Channel]):
         self.mf, self.chans = mf, chans
+        self.products = 0
+
+    def diagonal(self) -> None:
+        """No orbital Hessian diagonal without the MO blocks: the solver preconditions with ε_a − ε_k."""
+        return None
+
+    def describe(self) -> dict:
+        """Where the Z-vector's products ran (what-ran)."""
+        return {"device": "the SCF's J/K builds", "products": self.products}
 
     def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
         return [g[:, ch.occ] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]
 
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
+        self.products += 1
         mats = []
         for ch, z in zip(self.chans, zs):
             full = np.zeros((ch.nmo, ch.nmo))
@@ -136,9 +157,12 @@ class Products:
 
 
 def relax(products: Products, chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
-          x: list[np.ndarray], tol: float = ZVECTOR_TOL) -> Response:
+          x: list[np.ndarray], tol: float | None = None) -> Response:
     """The relaxed density and the energy-weighted density from the unrelaxed blocks and the Lagrangian;
-    ``products``: :class:`Products` or :class:`mp2trn.grad.cpks.ResponseJK`."""
+    ``products``: :class:`Products` or :class:`mp2trn.grad.cpks.ResponseJK`; ``tol``: the Z-vector's
+    relative residual (None: :data:`ZVECTOR_TOLS` for the products' precision, else :data:`ZVECTOR_TOL`)."""
+    if tol is None:
+        tol = ZVECTOR_TOLS.get(products.describe().get("precision"), ZVECTOR_TOL)
     p = unrelaxed(chans, p_occ, p_vir, x)
     g = products.occupied_columns(p)             # (nmo, nocc) per channel
     lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
