@@ -24,6 +24,7 @@ from scipy.linalg import blas as scipy_blas
 from .basis import BasisSet
 from .errors import InputError, NumericalError
 from .memory import prefaulted_empty
+from .overlap import made_ahead
 from .threads import one_blas_pool
 from .parallel import Comm, balanced_counts, weighted_split
 
@@ -77,12 +78,13 @@ class DFIntegrals:
         """How many blocks ``ao_blocks(max_functions, shells=shells)`` yields."""
         return sum(1 for _ in _shell_ranges(self.auxmol.ao_loc_nr(), max_functions, *(shells or ())))
 
-    def ao_blocks(self, max_functions: int, packed: bool = False,
-                  shells: tuple[int, int] | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+    def ao_blocks(self, max_functions: int, packed: bool = False, shells: tuple[int, int] | None = None,
+                  buffers: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
         """Yield (p0, p1, (P|μν)) over aux shells (all, or the range ``shells``), ≤ max_functions each.
 
-        The block is (p1−p0, nao, nao), or (p1−p0, nao(nao+1)/2) with μ ≥ ν packed when ``packed``. Every
-        block is written into the same buffer: a block is valid until the next one is asked for.
+        The block is (p1−p0, nao, nao), or (p1−p0, nao(nao+1)/2) with μ ≥ ν packed when ``packed``. The
+        blocks are written into ``buffers`` reused buffers in turn: a block is valid until ``buffers`` more
+        are asked for (2 for blocks made ahead, :mod:`mp2trn.overlap`).
         """
         mol, auxmol = self.mol, self.auxmol
         pmol = mol + auxmol
@@ -91,10 +93,10 @@ class DFIntegrals:
         aosym = "s2ij" if packed else "s1"
         per_aux = nao * (nao + 1) // 2 if packed else nao * nao
         ranges = list(_shell_ranges(loc, max_functions, *(shells or ())))
-        buf = reused_buffer(ranges, loc, per_aux)
-        for s0, s1 in ranges:
+        bufs = [reused_buffer(ranges, loc, per_aux) for _ in range(max(1, buffers))]
+        for k, (s0, s1) in enumerate(ranges):
             ints = pmol.intor("int3c2e", aosym=aosym, shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1),
-                              out=buf)
+                              out=bufs[k % len(bufs)])
             # PySCF returns (nao, nao, p) / (npair, p) in Fortran order, i.e. (p, ...) in C order
             yield int(loc[s0]), int(loc[s1]), ints.T
 
@@ -171,19 +173,20 @@ def _metric_factor(auxmol: gto.Mole) -> np.ndarray | None:
 
 
 def _solved_rows(mol: gto.Mole, auxmol: gto.Mole, low: np.ndarray, shells: tuple[int, int],
-                 chunk_mb: float) -> Iterator[tuple[int, int, np.ndarray]]:
+                 chunk_mb: float, buffers: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield (m0, m1, X) over row chunks μ ∈ [m0, m1) of the orbital shells ``shells``: X (naux, npair) is
-    L⁻¹ (Q|μν) for the pairs ν ≤ μ of those rows, in the row-major order of the lower triangle. Every X
-    is written into the same buffer: it is valid until the next one is asked for."""
+    L⁻¹ (Q|μν) for the pairs ν ≤ μ of those rows, in the row-major order of the lower triangle. The X are
+    written into ``buffers`` reused buffers in turn: one is valid until ``buffers`` more are asked for."""
     nao, naux, nbas = mol.nao_nr(), auxmol.nao_nr(), mol.nbas
     pmol = mol + auxmol
     ao_loc = mol.ao_loc_nr()
     rows_per_chunk = max(1, int(chunk_mb * 1e6 / (8 * naux * nao)))
     ranges = list(_shell_ranges(ao_loc, rows_per_chunk, *shells))
-    buf = reused_buffer(ranges, ao_loc, naux * nao)   # a row μ has ≤ nao pairs ν ≤ μ
-    for s0, s1 in ranges:
+    bufs = [reused_buffer(ranges, ao_loc, naux * nao) for _ in range(max(1, buffers))]  # a row μ: ≤ nao pairs ν ≤ μ
+    for k, (s0, s1) in enumerate(ranges):
         # (npair, naux) in Fortran order: pairs μ ∈ [m0, m1), ν ≤ μ
-        ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(s0, s1, 0, s1, nbas, nbas + auxmol.nbas), out=buf)
+        ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(s0, s1, 0, s1, nbas, nbas + auxmol.nbas),
+                          out=bufs[k % len(bufs)])
         # X Lᵀ = (Q|μν)ᵀ solved in place: X is the block of B, pairs by row (SciPy's trsm: its BLAS
         # pool on the cores, see mp2trn.threads)
         with one_blas_pool("scipy"):
@@ -248,7 +251,10 @@ class TensorFile:
         handle = tempfile.TemporaryFile(prefix="mp2trn-scf-tensor-")
         fd = handle.fileno()
         os.ftruncate(fd, naux * npair * 8)
-        for m0, _m1, x in _solved_rows(mol, auxmol, low, (0, mol.nbas), chunk_mb):
+        # the next chunk's integrals and solve are made while this one is written (the writes release the
+        # GIL and use no core's arithmetic): two chunks alive, each half the chunk asked for
+        chunks = _solved_rows(mol, auxmol, low, (0, mol.nbas), chunk_mb / 2, buffers=2)
+        for m0, _m1, x in made_ahead(chunks, name="mp2trn-scf-tensor"):
             col = m0 * (m0 + 1) // 2
             for row in range(naux):
                 _write_all(fd, x[row], (row * npair + col) * 8)

@@ -33,7 +33,8 @@ from pyscf import df, lib
 from .devices import Device, get_device
 from .df import TensorFile, cholesky_tensor, cholesky_tensor_share
 from .errors import InputError
-from .memory import budget_mb, prefetched
+from .memory import budget_mb
+from .overlap import made_ahead
 from .parallel import Comm, balanced_counts, offsets
 from .precision import Precision, get_precision
 
@@ -231,7 +232,7 @@ class JKTensor:
         self.layout = "packed" if packed else "unpacked"
         if not resident:   # the next block is read (and unpacked) by a thread while this one is used
             mine = self._streamed_rows(naux, blksize)
-            return prefetched(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype, **planes) for b in mine)
+            return made_ahead(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype, **planes) for b in mine)
         if self.full is None:
             t0 = time.perf_counter()
             self.full = self._resident_rows(nao, packed)

@@ -21,6 +21,7 @@ from .df import DFIntegrals
 from .errors import ResourceError
 from .memory import BlockPlan, SpinShape
 from .orbitals import SpinOrbitals
+from .overlap import made_ahead, overlaps
 from .parallel import Comm, balanced_counts, offsets, weighted_split
 from .progress import Progress
 from .scratch import check_stopped
@@ -249,8 +250,13 @@ def build_b(
 
 def _build_b(dfi, spins, device, plan, store, progress) -> dict[str, float]:
     t0 = time.perf_counter()
-    nblocks = dfi.block_count(plan.aux_block)
-    for k, (p0, p1, ao) in enumerate(dfi.ao_blocks(plan.aux_block, packed=device.ao_packed)):
+    # where the device computes off the host's cores, the next block's integrals are made while it transforms
+    # this one (mp2trn.overlap): two blocks alive, each half the planned block so that both fit its room
+    ahead = overlaps(device)
+    aux_block = max(dfi.max_aux_shell, plan.aux_block // 2) if ahead else plan.aux_block
+    nblocks = dfi.block_count(aux_block)
+    blocks = dfi.ao_blocks(aux_block, packed=device.ao_packed, buffers=2 if ahead else 1)
+    for k, (p0, p1, ao) in enumerate(made_ahead(blocks) if ahead else blocks):
         for s, orb in enumerate(spins):
             v = device.ao_to_mo(ao, orb.c_occ, orb.c_vir)
             store.arrays[s][p0:p1] = v.reshape(p1 - p0, -1)

@@ -507,3 +507,6 @@ def test_an_empty_spin_channel_has_zero_exchange(precision, tol):
     vj, vk = density_fit_jk(scf.UHF(mol).density_fit(), device=get_device("cpu", precision)).get_jk(mol, dm)
     assert np.abs(vj - vj0).max() < tol and np.abs(vk - vk0).max() < tol and not vk[1].any()
     assert np.abs(vk0[0]).max() > 0.1
+    mf = density_fit_jk(scf.UHF(mol).density_fit(), device=get_device("cpu", precision))
+    k_only = mf.get_jk(mol, dm, with_j=False)
+    assert k_only[0] is None and np.abs(k_only[1] - vk0).max() < tol

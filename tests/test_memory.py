@@ -89,36 +89,6 @@ def test_prefaulted_empty_survives_its_views():
     assert view.sum() == view.size
 
 
-def test_prefetched_keeps_order_raises_reader_errors_and_stops_early():
-    import threading
-
-    from mp2trn.memory import prefetched
-
-    assert list(prefetched(iter(range(7)), depth=2)) == list(range(7))
-
-    def broken():
-        yield 1
-        raise ValueError("reader failed")
-
-    got = []
-    with pytest.raises(ValueError, match="reader failed"):
-        for item in prefetched(broken()):
-            got.append(item)
-    assert got == [1]
-    made = []
-
-    def counted():
-        for i in range(1000):
-            made.append(i)
-            yield i
-
-    gen = prefetched(counted(), depth=1)
-    assert next(gen) == 0
-    gen.close()                       # the caller stops: the reader stops within a block or two
-    assert len(made) < 5
-    assert not any(t.name == "mp2trn-prefetch" and t.is_alive() for t in threading.enumerate())
-
-
 _PEAK_CHILD = """
 import json, sys
 from mp2trn.memory import peak_rss_mb
