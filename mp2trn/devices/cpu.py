@@ -156,6 +156,13 @@ class CpuDevice(Device):
                 p_vir_k += tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)
         return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
 
+    # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------
+    def response_gemm(self, a_t, b, stage="zvector"):
+        t0 = time.perf_counter()
+        out = np.asarray(a_t).T @ b
+        self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
+        return out
+
     # -- SCF J/K --------------------------------------------------------------------------------------
     has_jk = True
 
