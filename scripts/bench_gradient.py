@@ -26,7 +26,7 @@ from mp2trn.machine import machine_description
 
 ROOT = Path(__file__).resolve().parents[1]
 INOSINE = ROOT / "molecules" / "gpu4pyscf" / "organic" / "031_Inosine.xyz"
-STAGES = [("gradient_b", "B again (AO→MO transform, metric solve)", "device"),
+STAGES = [("gradient_b", "B: the energy's taken over (else built again: AO→MO transform, metric solve)", "device"),
           ("gradient_pairs", "pair sweep: P_ij, P_ab, Γ (O(N⁵))", "device"),
           ("gradient_ri", "RI pass: Lagrangian X and RI derivative integrals", "host/device"),
           ("gradient_response", "Z-vector and G[P] (occupied-factor J/K products)", "host fp64"),
@@ -92,6 +92,9 @@ def main() -> None:
     ran = gradient["extras"]["mp2trn"]
     print(f"\nZ-vector: {ran['zvector_iterations']} iterations with {ran['gradient_jk']}; "
           f"SCF: {ran['scf']['cycles']} cycles")
+    if "gradient_reused" in ran:
+        print("taken over, not built again: " + ", ".join(f"{k}: {v}" for k, v in ran["gradient_reused"].items())
+              + (f" (SCF tensor kept: {ran['scf_tensor_kept_mb']} MB)" if "scf_tensor_kept_mb" in ran else ""))
     cost = ran.get("cost")
     if cost and cost.get("kind") == "model":
         print("modeled device time (trn1): " + ", ".join(f"{k} {v['trn1']['modeled_time_s']:.3f} s"
