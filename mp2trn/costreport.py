@@ -16,9 +16,10 @@ from typing import Any
 from rich.table import Table
 
 STAGE_NAMES = {"scf_jk": "SCF J/K", "ao_to_mo": "ao_to_mo", "metric": "metric", "pairs": "pairs",
-               "grad_pairs": "gradient pairs", "comm": "between ranks"}
+               "grad_pairs": "gradient pairs", "zvector": "Z-vector", "grad_gamma": "Γ → AO",
+               "comm": "between ranks"}
 KERNELS = ("SCF J/K = batched_gemm + syrk + coulomb, ao_to_mo = batched_gemm, metric = trsm, "
-           "pairs = mp2_energy, gradient pairs = mp2_density, "
+           "pairs = mp2_energy, gradient pairs = mp2_density, Z-vector and Γ → AO = gemm, "
            "between ranks = all_to_all_words + shift_words + gather_words")
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma", "cc")
 _SHORT = {"tensor": "T", "vector": "V", "scalar": "S", "gpsimd": "G", "dma": "D", "cc": "C"}

@@ -88,8 +88,8 @@ def test_preconditioner_is_the_orbital_hessians_diagonal(system):
 
 def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     """Water on sim (fp32): the gradient whose Z-vector ran on the device is within 1e-6 Eh/bohr of the same
-    run's gradient with the Z-vector's products on the host in fp64; what-ran and the cost report say where
-    it ran."""
+    run's gradient with the Z-vector's products on the host in fp64, and of the cpu fp64 gradient (Γ's AO
+    back-transformation on the device too); what-ran and the cost report say where they ran."""
     kw = dict(basis="cc-pvdz", gradient=True, conv_tol=1e-12, device="sim", precision="fp32", frozen="auto")
     device_run = mp2trn.run(gto.M(atom=WATER, basis="cc-pvdz", verbose=0), **kw)
     ran = device_run.what_ran["zvector"]
@@ -97,6 +97,10 @@ def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     assert ran["products"] == ran["iterations"] and ran["gemm_launches"] == 5 * ran["products"]
     assert device_run.cost["launches_by_stage"]["zvector"] == ran["gemm_launches"]
     assert device_run.cost["host_device_bytes"]["zvector"]["to_device"] > 0
+    assert device_run.what_ran["gradient_gamma_ao"] == "sim (fp32)" and device_run.cost["launches_by_stage"]["grad_gamma"]
+    cpu_run = mp2trn.run(gto.M(atom=WATER, basis="cc-pvdz", verbose=0), **{**kw, "device": "cpu", "precision": "fp64"})
+    assert cpu_run.what_ran["gradient_gamma_ao"] == "cpu (fp64)"
+    assert np.max(np.abs(device_run.gradient - cpu_run.gradient)) < 1e-6
 
     class HostResponse(cpks.ResponseJK):
         def __init__(self, mf, chans, tensor, device=None):

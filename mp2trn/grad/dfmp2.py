@@ -144,7 +144,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, plan.metric_cols), "gradient")
         b_store.close()       # B is done with: the fitting-basis pass has the budget without it
         ri.to_fitting_coefficients(gamma, dfi.l_chol, plan.metric_cols)
-        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, derivatives)
+        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, derivatives, device)
         lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
         de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
         de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
@@ -175,7 +175,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                 "gradient_jk": ("occupied-factor products of the JK-fit tensor (Z-vector GEMMs on "
                                 f"{zvector['device']}, {zvector['precision']}; G[P] columns host, fp64)" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
-                "zvector": zvector,
+                "zvector": zvector, "gradient_gamma_ao": f"{device.name} ({device.response_precision})",
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips,
                 "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast),

@@ -6,7 +6,8 @@ fitting functions P this pass makes
 
 - the orbital Lagrangian of the 2PDM, X_ti = Σ_aP (ta|P) Γ^P_ia and X_ta = Σ_iP (ti|P) Γ^P_ia (t over all
   MOs), through the half-transformed Γ^P_iν = Σ_a Γ^P_ia C_νa and Γ^P_aν = Σ_i Γ^P_ia C_νi;
-- the AO 2PDM Γ^P_μν = Σ_i C_μi Γ^P_iν and its contraction with the derivative integrals (μν|P)^R;
+- the AO 2PDM Γ^P_μν = Σ_i C_μi Γ^P_iν (a GEMM on the gradient's device, stage ``grad_gamma``: C_o kept there,
+  the (i, (P, ν)) rows of Γ^P_iν sent per block) and its contraction with the derivative integrals (μν|P)^R;
 
 and after the pass −½ Σ_PQ γ_PQ (P|Q)^R. PySCF's derivative integrals differentiate the electron
 coordinate, so d/dR_A is minus the sum over the functions centred on A.
@@ -20,6 +21,8 @@ import numpy as np
 import scipy.linalg
 from pyscf import gto
 
+from ..devices import Device
+from ..devices.cpu import CpuDevice
 from ..df import DFIntegrals, _shell_ranges
 from ..scratch import check_stopped
 from ..transform import BStore
@@ -94,11 +97,14 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, g_ao: np.ndarray, per_a
 
 
 def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int,
-            derivatives: bool = True) -> tuple[list[np.ndarray], np.ndarray | None]:
+            derivatives: bool = True, device: Device | None = None) -> tuple[list[np.ndarray], np.ndarray | None]:
     """One pass over the fitting basis: the Lagrangian X per channel and Σ Γ^P_μν (μν|P)^R (natm, 3)
     (None without ``derivatives``: a relaxed density needs only X).
 
-    ``gamma`` holds Γ in the fitting coefficients (after :func:`to_fitting_coefficients`)."""
+    ``gamma`` holds Γ in the fitting coefficients (after :func:`to_fitting_coefficients`); ``device`` runs
+    Γ's back-transformation to the AO basis (None: the host, fp64)."""
+    device = device or CpuDevice()
+    occupied = [device.response_operand(ch.c[:, ch.act].T) for ch in channels] if derivatives else []
     mol, auxmol = dfi.mol, dfi.auxmol
     nao, nbas = mol.nao_nr(), mol.nbas
     pmol = mol + auxmol
@@ -114,7 +120,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block:
         ao_rows = np.ascontiguousarray(ao.transpose(1, 0, 2)).reshape(nao, p * nao)   # (μ, (P, ν))
         del ao
         g_ao = np.zeros((p, nao, nao)) if derivatives else None
-        for ch, x, g_store in zip(channels, xs, gamma.arrays):
+        for ch, x, g_store, c_o_kept in zip(channels, xs, gamma.arrays, occupied or [None] * len(channels)):
             g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p, ch.nact, ch.nvir)
             c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
             half_o = g @ c_v.T                                            # (P, i, ν) = Σ_a Γ C_νa
@@ -122,8 +128,10 @@ def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block:
             # Σ_Pν (P|μν) half[P, ·, ν]: one GEMM over the (P, ν) rows each
             x[:, ch.act] += ch.c.T @ (ao_rows @ np.ascontiguousarray(half_o.transpose(0, 2, 1)).reshape(p * nao, -1))
             x[:, ch.vir] += ch.c.T @ (ao_rows @ np.ascontiguousarray(half_v.transpose(0, 2, 1)).reshape(p * nao, -1))
-            if derivatives:
-                g_ao += ch.weight * (c_o @ half_o)                        # (P, μ, ν) = Σ_i C_μi Γ^P_iν
+            if derivatives:                                               # (μ, (P, ν)) = Σ_i C_μi Γ^P_iν
+                rows = np.ascontiguousarray(half_o.transpose(1, 0, 2)).reshape(ch.nact, p * nao)
+                back = device.response_gemm(c_o_kept, rows, "grad_gamma").reshape(nao, p, nao)
+                g_ao += ch.weight * back.transpose(1, 0, 2)
         del ao_rows
         if not derivatives:
             continue
