@@ -1,0 +1,161 @@
+"""How many orbital-Hessian products the Z-vector needs, by solver (numbers for docs/gradients.md).
+
+    python scripts/bench_zvector.py                                   # water, hydroxyl, benzene (cc-pVDZ)
+    python scripts/bench_zvector.py molecules/gpu4pyscf/organic/031_Inosine.xyz --memory 8000
+
+Runs the gradient (cpu, fp64) up to the relaxed density and takes the Z-vector system it solves —
+(ε_a − ε_k) z + G[Z + Zᵀ]_vo = −L, with the run's own products (the JK-fit tensor's MO blocks) — then
+solves that same system with each solver, counting the products (G applications) each one makes until its
+own stopping rule says done, and reports the true relative residual ‖L + A z‖/‖L‖ it reached:
+
+- ``pcg-exact``: mp2trn's solver (:func:`mp2trn.grad.response.solve_zvector`): PCG from z = 0,
+  preconditioned by the Hessian's diagonal (ε_a − ε_k + 2w(ak|ak) − (ak|ak) − (aa|kk)), relative
+  residual 1e-8;
+- ``pcg-jacobi``: the solver before it: PCG from z = L/(ε_a − ε_k), preconditioned by ε_a − ε_k (one more
+  product for the first residual);
+- ``pyscf-krylov``: ``pyscf.lib.krylov`` (what ``pyscf.scf.cphf.solve`` uses) on the ε-scaled system, its
+  tol 1e-8 relative to the scaled right-hand side and its linear-dependence cut-off lowered to 1e-30 (with the
+  default, 1e-13 on the squared norm, it stops at a 1e-5 residual on water);
+- ``scipy-cg`` / ``scipy-minres``: SciPy's, rtol 1e-8, with the exact-diagonal preconditioner.
+
+The system is captured by wrapping :func:`mp2trn.grad.response.solve_zvector` for the duration of the run
+(a measurement script, not a test). Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import scipy.sparse.linalg as sla
+from pyscf import lib
+
+import mp2trn
+from mp2trn.grad import response
+
+DEFAULT = ["molecules/water.xyz", "molecules/hydroxyl.xyz", "molecules/benzene.xyz"]
+TOL = 1e-8
+
+
+def capture(path: str, memory: float) -> tuple:
+    """The products, channels and Lagrangian blocks of the Z-vector a cpu fp64 gradient run solves."""
+    captured = {}
+    solve = response.solve_zvector
+
+    def keep(products, chans, lag, *args, **kwargs):
+        captured.update(products=products, chans=chans, lag=lag)
+        return solve(products, chans, lag, *args, **kwargs)
+
+    response.solve_zvector = keep
+    try:
+        mp2trn.run(path, gradient=True, max_memory=memory)
+    finally:
+        response.solve_zvector = solve
+    return captured["products"], captured["chans"], captured["lag"]
+
+
+class System:
+    """A (ε_a − ε_k) + G[Z + Zᵀ] operator that counts its products."""
+
+    def __init__(self, products, chans, lag):
+        self.products, self.chans = products, chans
+        self.shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
+        self.energies = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in chans])
+        self.rhs = -np.concatenate([x.ravel() for x in lag])
+        self.count = 0
+
+    def split(self, v):
+        out, k = [], 0
+        for n, m in self.shapes:
+            out.append(v[k:k + n * m].reshape(n, m))
+            k += n * m
+        return out
+
+    def coupling(self, v):
+        self.count += 1
+        return np.concatenate([g.ravel() for g in self.products.zvector(self.split(v))])
+
+    def apply(self, v):
+        return self.energies * v + self.coupling(v)
+
+    def residual(self, z) -> float:
+        count = self.count
+        r = np.linalg.norm(self.rhs - self.apply(z)) / np.linalg.norm(self.rhs)
+        self.count = count        # the check is not the solver's
+        return float(r)
+
+
+def pcg(system: System, precondition: np.ndarray, start: np.ndarray) -> np.ndarray:
+    x = start.copy()
+    r = system.rhs - system.apply(x) if np.any(start) else system.rhs.copy()
+    z = r / precondition
+    p, rz, norm = z.copy(), float(r @ z), np.linalg.norm(system.rhs)
+    for _ in range(200):
+        ap = system.apply(p)
+        alpha = rz / float(p @ ap)
+        x += alpha * p
+        r -= alpha * ap
+        if np.linalg.norm(r) < TOL * norm:
+            return x
+        z = r / precondition
+        rz_new = float(r @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x
+
+
+def solvers(system: System) -> dict:
+    exact = system.products.diagonal()
+    op = sla.LinearOperator((len(system.rhs),) * 2, matvec=system.apply, dtype=float)
+    pre = sla.LinearOperator((len(system.rhs),) * 2, matvec=lambda v: v / exact, dtype=float)
+    e = system.energies
+    return {
+        "pcg-exact": lambda: np.concatenate([z.ravel() for z in
+                                             response.solve_zvector(_Counting(system), system.chans,
+                                                                    [-x for x in system.split(system.rhs)])[0]]),
+        "pcg-jacobi": lambda: pcg(system, e, system.rhs / e),
+        "pyscf-krylov": lambda: lib.krylov(lambda xs: np.array([system.coupling(v) / e for v in
+                                                                np.asarray(xs).reshape(-1, len(e))]),
+                                           system.rhs / e, tol=TOL * np.linalg.norm(system.rhs / e),
+                                           lindep=1e-30, max_cycle=200),
+        "scipy-cg": lambda: sla.cg(op, system.rhs, rtol=TOL, M=pre, maxiter=200)[0],
+        "scipy-minres": lambda: sla.minres(op, system.rhs, rtol=TOL, M=pre, maxiter=200)[0],
+    }
+
+
+class _Counting:
+    """The run's products, counted by the System (for mp2trn's own solver)."""
+
+    def __init__(self, system: System):
+        self.system = system
+
+    def zvector(self, zs):
+        self.system.count += 1
+        return self.system.products.zvector(zs)
+
+    def diagonal(self):
+        return self.system.products.diagonal()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("molecules", nargs="*", default=DEFAULT)
+    ap.add_argument("--memory", type=float, default=4000, help="MB for the gradient run (--memory)")
+    args = ap.parse_args()
+    print("| molecule | unknowns | solver | products | true relative residual | solve s |")
+    print("|---|---|---|---|---|---|")
+    for path in args.molecules:
+        products, chans, lag = capture(path, args.memory)
+        system = System(products, chans, lag)
+        for name, solve in solvers(system).items():
+            system.count = 0
+            t0 = time.perf_counter()
+            z = solve()
+            seconds = time.perf_counter() - t0
+            print(f"| {path.rsplit('/', 1)[-1]} | {len(system.rhs)} | {name} | {system.count} | "
+                  f"{system.residual(z):.1e} | {seconds:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
