@@ -73,11 +73,12 @@ class ResponseJK:
         self.products = self.launches = 0
 
     def _keep(self, oo: np.ndarray, ov: np.ndarray, vv: np.ndarray) -> dict:
-        """The blocks in the layouts the Z-vector's GEMMs contract, handed to the device once."""
+        """The blocks in the layouts the Z-vector's GEMMs contract, handed to the device once (as views of the
+        host blocks: a device copies them into its own memory, the cpu reads them where they are)."""
         naux, o, v = ov.shape
         keep = self.device.response_operand
-        return {"vo_by_vir": keep(ov.transpose(2, 0, 1).reshape(v, naux * o)),     # (b, (Q, j))
-                "oo_by_occ": keep(oo.transpose(1, 0, 2).reshape(o, naux * o)),     # (i, (Q, j))
+        return {"vo_by_vir": keep(ov.reshape(naux * o, v).T),                      # (b, (Q, j))
+                "oo_by_occ": keep(oo.reshape(naux * o, o).T),                      # (i, (Q, j)): B^Q_oo symmetric
                 "vv_rows": keep(vv.reshape(naux * v, v)),                          # ((Q, b), a)
                 "ov_rows": keep(ov.reshape(naux * o, v)),                          # ((Q, i), a)
                 "ov_by_aux": keep(ov.reshape(naux, o * v))}                        # (Q, (i, a))
