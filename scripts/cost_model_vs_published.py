@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import mp2trn.nkiemu as nki  # noqa: E402
-from mp2trn.nkiemu.cost import CostReport, instruction_seconds, default_params  # noqa: E402
+from mp2trn.nkiemu.cost import CostReport, LaunchTrace, instruction_seconds, default_params  # noqa: E402
 from mp2trn.nkiemu.targets import get_target  # noqa: E402
 from mp2trn.files import replace_marked_block  # noqa: E402
 
@@ -50,6 +50,10 @@ MATMUL_DOC = "nki/guides/tutorials/kernel-optimization.rst"
 DMA_DOC = "nki/get-started/about/nki-dma-overview.rst"
 PERF_DOC = "nki/deep-dives/nki_perf_guide.rst"
 OLD_MATMUL_DOC = "general/nki/tutorials/matrix_multiplication.rst (v2.26.0; removed before 2.29)"
+
+#: the points the trn1 DMA descriptor time (mp2trn/nkiemu/targets.py, TRN1.dma_descriptor_s) is fitted to:
+#: the two DMA-bound trn1 matmuls with the most descriptors; every other point checks it
+DESCRIPTOR_FIT = ("matmul-trn1-mm_tiled", "matmul-trn1-mm_hoisted")
 
 #: own kernel -> the AWS example file and function that implement the same tutorial step
 AWS = {
@@ -113,7 +117,9 @@ def _matmul_points() -> list[Point]:
                              ("blocked M,N", "mm_block_free", 22.07), ("blocked M,N,K", "mm_blocked", 6.97)):
         pts.append(Point(f"matmul-trn1-{kernel}", f"matmul {name}, bf16 4096x8192x8192 (pre-2.29 docs)",
                          OLD_MATMUL_DOC, ms * 1e-3, "trn1", "matmul", kernel, ("matmul", 4096, 8192, 8192, "bfloat16"),
-                         heavy=True, group="matmul trn1 bf16"))
+                         heavy=True, group="matmul trn1 bf16",
+                         note="fits the trn1 DMA descriptor time" if f"matmul-trn1-{kernel}" in DESCRIPTOR_FIT
+                         else ""))
     return pts
 
 
@@ -181,13 +187,35 @@ def measure(p: Point, fn, rng) -> dict:
     busy = rep.engine_busy_s
     out = {"seconds": seconds, "bound": max(busy, key=busy.get) if busy else "", "modeled_s": rep.modeled_time_s,
            "busy": dict(busy), "wall": time.perf_counter() - t0}
+    if p.key in DESCRIPTOR_FIT:
+        out["launches"] = rep.launches     # re-priced by fit_descriptor_time
     spilled = sum(tr.spill_save_bytes + tr.spill_reload_bytes for tr in rep.launches)
     if spilled:   # what the same instructions cost without the model's spill traffic
-        for tr in rep.launches:
-            tr.spill_save_bytes = tr.spill_reload_bytes = tr.spill_events = 0
         out["spill_gb"] = spilled / 1e9
-        out["without_spills_s"] = CostReport(rep.launches, p.target).scheduled_time_s
+        plain = [LaunchTrace(tr.kernel, tr.target, tr.records, tr.grid, psum_spill_bytes=tr.psum_spill_bytes,
+                             psum_spill_events=tr.psum_spill_events) for tr in rep.launches]
+        out["without_spills_s"] = CostReport(plain, p.target).scheduled_time_s
     return out
+
+
+def fit_descriptor_time(points: list[Point]) -> float | None:
+    """The trn1 queue time per DMA descriptor that makes the geometric mean of model / published over the
+    :data:`DESCRIPTOR_FIT` points 1 (bisection; the model time grows with it). None when a fit point was
+    not run."""
+    fit = [p for p in points if p.key in DESCRIPTOR_FIT and "launches" in p.result.get("own", {})]
+    if len(fit) < len(DESCRIPTOR_FIT):
+        return None
+
+    def log_ratio(t_desc: float) -> float:
+        prm = default_params().replace(dma_descriptor_s=t_desc)
+        return sum(np.log(CostReport(p.result["own"]["launches"], p.target, prm).scheduled_time_s / p.published_s)
+                   for p in fit) / len(fit)
+
+    lo, hi = 0.0, 2e-6
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if log_ratio(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def run(points: list[Point], sdk: Path | None) -> None:
@@ -232,7 +260,9 @@ def orderings(points: list[Point], column: str = "own") -> list[tuple[str, bool]
     return out
 
 
-def table(points: list[Point]) -> str:
+def table(points: list[Point], fitted_s: float | None = None) -> str:
+    """The markdown table of ``points`` (run first) and its summary lines; ``fitted_s``: the trn1 descriptor
+    time fitted to :data:`DESCRIPTOR_FIT` in this run (None: not all of them ran)."""
     with_aws = any("aws" in p.result for p in points)
     head = "| figure | target | page | published | model (our kernel) | model / published | bound |"
     rule = "|---|---|---|---:|---:|---:|---|"
@@ -260,6 +290,12 @@ def table(points: list[Point]) -> str:
     n_in = sum(1 for p in inside if 1 / 1.5 <= p.result["own"]["seconds"] / p.published_s <= 1.5)
     rows.append("")
     rows.append(f"Within 1.5× of the published figure: {n_in} of {len(inside)} points (our kernels).")
+    used = get_target("trn1").dma_descriptor_s
+    fit = (f"fitted in this run: {fitted_s * 1e9:.1f} ns" if fitted_s is not None
+           else "not re-fitted in this run (its fit points did not run)")
+    rows.append(f"trn1 DMA descriptor time: the model uses {used * 1e9:.0f} ns per descriptor per queue; "
+                f"{fit}, to {' and '.join(DESCRIPTOR_FIT)} (the geometric mean of their ratios 1); "
+                "every other trn1 point checks it.")
     rows.append("Orderings (our kernels): " + "; ".join(f"{g} {'kept' if ok else '**not kept**'}"
                                                         for g, ok in orderings(points)))
     if with_aws:
@@ -283,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     points = [p for p in all_points() if (not args.quick or not p.heavy) and (not args.only or p.key in args.only)]
     run(points, args.sdk)
-    text = table(points)
+    text = table(points, fit_descriptor_time(points))
     print(text)
     if not args.print_only:
         write_doc(text, args.quick)

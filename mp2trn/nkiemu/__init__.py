@@ -223,7 +223,8 @@ def _launch(kernel: JitKernel, args, kwargs, target_name, strict=None):
                               wall, sum(s.save_bytes for s in spills), sum(s.reload_bytes for s in spills),
                               sum(s.spill_events for s in spills),
                               psum_spill_bytes=sum(s.save_bytes + s.reload_bytes for s in pspills),
-                              psum_spill_events=sum(s.spill_events for s in pspills))
+                              psum_spill_events=sum(s.spill_events for s in pspills),
+                              spill_transfers=sorted((*x, pid) for pid, s in enumerate(spills) for x in s.transfers))
     rep = CostReport([trace], T)
     kernel._set_report(rep)
     _last[0] = rep

@@ -194,8 +194,7 @@ def _swap(inst: str, sends: dict[int, np.ndarray], reads, writes) -> dict[int, n
             raise NkiRuleError("collectives.rank", inst, f"rank {p} is outside the world of {fabric.size} ranks")
     got = fabric.exchange(sends)
     nbytes = sum(int(v.size) for p, v in sends.items() if p != me)
-    _rt.current().record("cc", inst, ("cc", nbytes), tuple(t._alloc.uid for t in reads),
-                         tuple(t._alloc.uid for t in writes))
+    _rt.current().record("cc", inst, ("cc", nbytes), tuple(reads), tuple(writes))
     return got
 
 

@@ -42,6 +42,8 @@ class CostParams:
     dependent_static_cycles: int = 100
     access_overhead_cycles: int = 60
     dma_partitions_per_queue: int = 8  # one DMA queue (engine) serves 8 partitions of a transfer
+    #: queue time per DMA descriptor; None: the target's figure (:attr:`.targets.Target.dma_descriptor_s`)
+    dma_descriptor_s: float | None = None
     launch_overhead_s: float = 15e-6  # fixed cost per kernel launch, seconds
     #: fixed cost per collective: "the latency term is of 10^0 to 10^1 us magnitude", per-hop 1-2 us
     #: (neuron-runtime/explore/intranode-collective-comm.rst); the upper end, for a ring over several chips
@@ -73,10 +75,12 @@ def instruction_seconds(engine: str, params: tuple, target: Target, prm: CostPar
     """Duration (seconds) of one recorded instruction on ``target`` (the ISA docs' estimated-cost formulas)."""
     kind = params[0]
     m = prm.min_ii
-    if kind == "dma":
+    if kind == "dma":  # ("dma", bytes, partitions, source, destination[, descriptors])
         nbytes, P = params[1], params[2]
         q = _queues(P, target, prm)
-        return prm.dma_fixed_s + nbytes / (q * target.dma_queue_bw)
+        per_descriptor = target.dma_descriptor_s if prm.dma_descriptor_s is None else prm.dma_descriptor_s
+        descriptors = params[5] if len(params) > 5 else 0
+        return prm.dma_fixed_s + -(-descriptors // q) * per_descriptor + nbytes / (q * target.dma_queue_bw)
     if kind == "cc":  # ("cc", bytes this rank sends): collectives, over the rank's share of the links
         return prm.collective_latency_s + params[1] / target.link_bw
     if kind == "mm":  # ("mm", K, M, N, fp32, onezero)
@@ -114,10 +118,14 @@ class LaunchTrace:
     """What one kernel launch executed (target-independent)."""
 
     __slots__ = ("kernel", "target", "records", "grid", "peak_sbuf_bytes", "peak_psum_banks", "wall_s",
-                 "spill_save_bytes", "spill_reload_bytes", "spill_events", "psum_spill_bytes", "psum_spill_events")
+                 "spill_save_bytes", "spill_reload_bytes", "spill_events", "psum_spill_bytes", "psum_spill_events",
+                 "spill_transfers")
 
     def __init__(self, kernel, target, records, grid=1, peak_sbuf_bytes=0, peak_psum_banks=0, wall_s=0.0,
-                 spill_save_bytes=0, spill_reload_bytes=0, spill_events=0, psum_spill_bytes=0, psum_spill_events=0):
+                 spill_save_bytes=0, spill_reload_bytes=0, spill_events=0, psum_spill_bytes=0, psum_spill_events=0,
+                 spill_transfers=()):
+        #: the SBUF spill DMAs, (record index, "save" | "reload", bytes, partitions, uid, core), in order
+        self.spill_transfers = tuple(spill_transfers)
         self.spill_save_bytes = spill_save_bytes        # modeled compiler spills (memory.spill_analysis)
         self.spill_reload_bytes = spill_reload_bytes
         self.spill_events = spill_events
@@ -140,19 +148,59 @@ def _ekey(engine, core):
     return engine if core == 0 else f"{engine}.{core}"
 
 
+def _on_queues(qs: list, q: int, ready_s: float, d: float) -> tuple[float, float]:
+    """Start and end of a transfer of ``d`` seconds on the ``q`` earliest-free of the queues ``qs``."""
+    qs.sort()
+    t0 = max(ready_s, qs[q - 1])
+    t1 = t0 + d
+    for i in range(q):
+        qs[i] = t1
+    return t0, t1
+
+
 def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=False):
-    """Busy seconds per engine, max/sum/scheduled time of one launch (+ optional timeline)."""
+    """Busy seconds per engine, max/sum/scheduled time of one launch (+ optional timeline).
+
+    SBUF spills are DMA transfers on the same queues as the kernel's own: a save starts when the evicted
+    piece was last written, a reload after its save (SBUF reuse, a write-after-read hazard, is not
+    tracked, as for the kernel's own instructions); the instruction at the spill's record index waits for
+    both (the freed space, the reloaded data)."""
     cache = {}
     busy = defaultdict(float)
     nq = target.dma_queues
     ready = {}
     free = defaultdict(float)
-    qfree = {}
+    qfree = defaultdict(lambda: [0.0] * nq)
     last_writes: dict = {}
+    saved: dict = {}
     chained = prm.dependent_static_cycles + prm.access_overhead_cycles
     tl = [] if timeline else None
     end_all = 0.0
-    for engine, name, params, reads, writes, core in tr.records:
+    spills = tr.spill_transfers
+    si = 0
+    for i, (engine, name, params, reads, writes, core) in enumerate(tr.records):
+        gate = 0.0
+        while si < len(spills) and spills[si][0] <= i:
+            _t, kind, nbytes, parts, uid, score = spills[si]
+            si += 1
+            sparams = ("dma", nbytes, parts, "sbuf", "hbm", parts)   # one descriptor per partition
+            d = instruction_seconds("dma", sparams, target, prm)
+            q = _queues(parts, target, prm)
+            busy[_ekey("dma", score)] += d * q / nq
+            # a save follows the piece's last write; a refill its save, or (a clean copy of HBM data, never
+            # saved) that last write
+            after = ready.get(uid, 0.0) if kind == "save" else saved.get(uid, ready.get(uid, 0.0))
+            t0, t1 = _on_queues(qfree[score], q, after + prm.dma_latency_s, d)
+            if kind == "save":
+                saved[uid] = t1
+            elif t1 > ready.get(uid, 0.0):
+                ready[uid] = t1
+            if score == core and t1 > gate:
+                gate = t1
+            if t1 > end_all:
+                end_all = t1
+            if tl is not None:
+                tl.append((_ekey("dma", score), f"spill {kind}", t0, t1))
         key = (engine, params)
         d = cache.get(key)
         if d is None:
@@ -163,7 +211,7 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
             if prev and any(u in prev for u in reads):
                 d += chained / target.clock_hz[engine]
             last_writes[ek] = writes
-        dep = 0.0
+        dep = gate
         for u in reads:
             r = ready.get(u)
             if r is not None and r > dep:
@@ -175,14 +223,7 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
         if engine == "dma":
             q = _queues(params[2], target, prm)
             busy[ek] += d * q / nq
-            qs = qfree.get(core)
-            if qs is None:
-                qs = qfree[core] = [0.0] * nq
-            qs.sort()
-            t0 = max(dep + prm.dma_latency_s, qs[q - 1])
-            t1 = t0 + d
-            for i in range(q):
-                qs[i] = t1
+            t0, t1 = _on_queues(qfree[core], q, dep + prm.dma_latency_s, d)
         else:
             busy[ek] += d
             t0 = max(dep, free[ek])
@@ -198,13 +239,6 @@ def _price_launch(tr: LaunchTrace, target: Target, prm: CostParams, timeline=Fal
         d = tr.psum_spill_events * max(prm.min_ii, per_event) / target.clock_hz["vector"]
         busy["vector"] += d
         end_all += d
-    spill_bytes = tr.spill_save_bytes + tr.spill_reload_bytes
-    if spill_bytes:  # spills and refills: DMA over all queues, stalling the engines that wait for the data
-        d = tr.spill_events * (prm.dma_fixed_s + prm.dma_latency_s) + spill_bytes / (nq * target.dma_queue_bw)
-        busy["dma"] += d
-        end_all += d
-        if tl is not None:
-            tl.append(("dma", "spill", end_all - d, end_all))
     return dict(busy), end_all, tl
 
 

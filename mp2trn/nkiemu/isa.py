@@ -378,8 +378,9 @@ def _all_sbuf(*ts):
     return all(t.buffer is SBUF for t in ts)
 
 
-def _uids(*ts):
-    return tuple(t._alloc.uid for t in ts if isinstance(t, NkiTensor))
+def _tensors(*ts):
+    """The tensors among ``ts`` (scalars dropped): what an instruction record reads or writes."""
+    return tuple(t for t in ts if isinstance(t, NkiTensor))
 
 
 def _scalar_or_col(v, P, arg, inst, shapes, fp32_required=True):
@@ -490,7 +491,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     _accumulate_psum(dst, s.T @ m, accumulate)
     L.record("tensor", inst, ("mm", K, M, N, _dt.is_fp32_class(sd),
                               bool(is_stationary_onezero or is_moving_onezero)),
-             (stationary._alloc.uid, moving._alloc.uid), (dst._alloc.uid,))
+             (stationary, moving), (dst,))
 
 
 def _accumulate_psum(dst, prod, accumulate):
@@ -583,7 +584,7 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
         params = ("simple", F, 1, 1)
     src = data._data.reshape(P, F)
     _copy_raw(dst, np.ascontiguousarray(src.T))
-    _rt.current().record(eng, inst, params, (data._alloc.uid,), (dst._alloc.uid,))
+    _rt.current().record(eng, inst, params, (data,), (dst,))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -636,7 +637,32 @@ def dma_copy(dst, src, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engin
     sk = "sbuf" if src.buffer is SBUF else "hbm"
     dk = "sbuf" if dst.buffer is SBUF else "hbm"
     P = dst.shape[0] if dk == "sbuf" else (src.shape[0] if sk == "sbuf" else min(128, dst.shape[0] if dst.shape else 1))
-    L.record("dma", inst, ("dma", nbytes, P, sk, dk), (src._alloc.uid,), (dst._alloc.uid,))
+    L.record("dma", inst, ("dma", nbytes, P, sk, dk, _dma_descriptors(src, dst)), (src,), (dst,))
+
+
+def _contiguous_run(t: NkiTensor) -> int:
+    """Elements in the innermost contiguous run of view ``t`` (on-chip: within one partition)."""
+    a = t._data
+    first = 1 if t.buffer in (SBUF, PSUM) else 0
+    run, expected = 1, a.itemsize
+    for ax in range(a.ndim - 1, first - 1, -1):
+        n = a.shape[ax]
+        if n == 1:
+            continue
+        if a.strides[ax] != expected:
+            break
+        run *= n
+        expected *= n
+    return run
+
+
+def _dma_descriptors(*views: NkiTensor) -> int:
+    """DMA descriptors (packets) a transfer between ``views`` needs: one per run of elements contiguous in
+    every view (a descriptor names one source and one destination address and a length,
+    nki/deep-dives/nki-dge.rst); an SBUF side gives at least one per partition."""
+    size = views[0]._data.size
+    run = min(_contiguous_run(v) for v in views)
+    return builtin_max(1, -(-size // builtin_max(run, 1)))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -660,7 +686,7 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None):
     else:
         _write(dst, _f32(src))
     perf = 4 if (_is16(src, dst) and _all_sbuf(src, dst)) else (2 if _is16(src, dst) else 1)
-    L.record(eng, inst, ("simple", F, perf, 1), (src._alloc.uid,), (dst._alloc.uid,))
+    L.record(eng, inst, ("simple", F, perf, 1), (src,), (dst,))
 
 
 @instruction(tensors=("dst", "data1", "data2"), onchip=("dst", "data1", "data2"))
@@ -697,7 +723,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     cheap = one_psum or (all(t.dtype == _dt.bfloat16 for t in (dst, data1, data2))
                          and op in (nl.add, nl.multiply, nl.subtract) and _all_sbuf(data1, data2))
     perf = 2 if (_is16(data1, data2) and _all_sbuf(data1, data2)) else 1
-    _rt.current().record(eng, inst, ("tt", F, cheap, perf), (data1._alloc.uid, data2._alloc.uid), (dst._alloc.uid,))
+    _rt.current().record(eng, inst, ("tt", F, cheap, perf), (data1, data2), (dst,))
 
 
 def _apply_alu(op, x, a, reverse, inst, shapes):
@@ -761,7 +787,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
                 r = _apply_alu(op1, r, a1, reverse1, inst, shapes)
         _write(dst, np.asarray(r, dtype=np.float32))
     perf = 4 if (_is16(data, dst) and _all_sbuf(data, dst)) else (2 if _is16(data, dst) else 1)
-    L.record(eng, inst, ("simple", F, perf, 1), _uids(data, operand0, operand1), (dst._alloc.uid,))
+    L.record(eng, inst, ("simple", F, perf, 1), _tensors(data, operand0, operand1), (dst,))
 
 
 def _reduce_axes(data, axis, inst, shapes):
@@ -818,7 +844,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     else:
         _copy_raw(dst, r.astype(dst._data.dtype))
     half = data.dtype == _dt.bfloat16 and dst.dtype == _dt.bfloat16 and op in (nl.add, nl.maximum)
-    _rt.current().record("vector", inst, ("red", Fin, half), (data._alloc.uid,), (dst._alloc.uid,))
+    _rt.current().record("vector", inst, ("red", Fin, half), (data,), (dst,))
 
 
 def _act_common(inst, dst, op, data, bias, scale, reduce_op, reduce_res, cmd):
@@ -877,12 +903,12 @@ def _act_common(inst, dst, op, data, bias, scale, reduce_op, reduce_res, cmd):
     if cmd in (reduce_cmd.reduce, reduce_cmd.reset_reduce):
         regs[:P] += y.sum(axis=1, dtype=np.float32)
     extra = 0
-    writes = (dst._alloc.uid,)
-    reads = _uids(data, bias, scale)
+    writes = (dst,)
+    reads = _tensors(data, bias, scale)
     if reduce_res is not None:
         _write(reduce_res, regs[:P].copy())
         extra = 1
-        writes = writes + (reduce_res._alloc.uid,)
+        writes = writes + (reduce_res,)
     L.record("scalar", inst, ("act", F, extra), reads, writes)
 
 
@@ -922,8 +948,8 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, revers
         red = _REDUCE[reduce_op].reduce(r, axis=1)
     _write(dst, r)
     _write(reduce_res, red.astype(np.float32))
-    _rt.current().record("vector", inst, ("act", F, 1), _uids(data, operand0),
-                         (dst._alloc.uid, reduce_res._alloc.uid))
+    _rt.current().record("vector", inst, ("act", F, 1), _tensors(data, operand0),
+                         (dst, reduce_res))
 
 
 @instruction(tensors=("dst", "data"), onchip=("dst", "data"))
@@ -933,7 +959,7 @@ def reciprocal(dst, data, name=None):
     P, F = _same_pf(inst, "reciprocal.shape", dst=dst, data=data)
     with np.errstate(all="ignore"):
         _write(dst, np.float32(1.0) / _f32_2d(data))
-    _rt.current().record("vector", inst, ("recip", F), (data._alloc.uid,), (dst._alloc.uid,))
+    _rt.current().record("vector", inst, ("recip", F), (data,), (dst,))
 
 
 @instruction(tensors=("dst",), onchip=("dst",))
@@ -960,7 +986,7 @@ def memset(dst, value, engine=engine.unknown, name=None):
         _write(dst, np.full(d.shape, value, dtype=np.float32))
     P, F = _pf(dst)
     zero16 = 2 if (value == 0 and _dt.is_16bit_float(dst.dtype)) else 1
-    _rt.current().record(eng, inst, ("simple", F, 1, zero16), (), (dst._alloc.uid,))
+    _rt.current().record(eng, inst, ("simple", F, 1, zero16), (), (dst,))
 
 
 def _pattern(pattern, inst, shapes, F):
@@ -998,7 +1024,7 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
         _copy_raw(dst, vals.astype(dst._data.dtype))
     else:
         _write(dst, vals.astype(np.float32))
-    _rt.current().record("gpsimd", inst, ("gp", F), (), (dst._alloc.uid,))
+    _rt.current().record("gpsimd", inst, ("gp", F), (), (dst,))
 
 
 @instruction(tensors=("dst", "on_true_tile"), onchip=("dst", "on_true_tile"))
@@ -1015,7 +1041,7 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
     vals = _affine_values(pat, P, offset, channel_multiplier).astype(np.float32)
     pred = f(vals, np.float32(0)) != 0
     _write(dst, np.where(pred, _f32_2d(on_true_tile), np.float32(on_false_value)))
-    _rt.current().record("gpsimd", inst, ("gp", F), (on_true_tile._alloc.uid,), (dst._alloc.uid,))
+    _rt.current().record("gpsimd", inst, ("gp", F), (on_true_tile,), (dst,))
 
 
 def _vector_unary(dst, src, op, inst, values=None, n_inputs=1, extra_reads=()):
@@ -1033,7 +1059,7 @@ def _vector_unary(dst, src, op, inst, values=None, n_inputs=1, extra_reads=()):
         _write(dst, np.asarray(values, dtype=np.float32))
     params = ("simple", F, 1, 1) if n_inputs == 1 else ("tt", F, False, 1)
     _rt.current().record("vector", inst.split(".")[-1], params,
-                         (src._alloc.uid,) + tuple(t._alloc.uid for t in extra_reads), (dst._alloc.uid,))
+                         (src,) + tuple(t for t in extra_reads), (dst,))
 
 
 from .isa_vector import *  # noqa: E402,F401,F403  (the instructions of isa_vector.py are part of nki.isa)

@@ -27,7 +27,7 @@ import numpy as np
 from . import dtypes as _dt
 from . import runtime as _rt
 from .errors import NkiRuleError
-from .isa import PSUM, SBUF, _accumulate_psum, _bank_span, _copy_raw, _pf, _shapes, _uids, instruction
+from .isa import PSUM, SBUF, _accumulate_psum, _bank_span, _copy_raw, _pf, _shapes, _tensors, instruction
 
 __all__ = ["quantize_mx", "nc_matmul_mx"]
 
@@ -106,7 +106,7 @@ def quantize_mx(dst, src, dst_scale, name=None):
     sc = dst_scale._data.reshape(dst_scale.shape[0], -1)
     sc[rows, : F // 4] = scale
     dst_scale._alloc.written = True
-    _rt.current().record("vector", inst, ("simple", F, 1, 1), _uids(src), _uids(dst, dst_scale))
+    _rt.current().record("vector", inst, ("simple", F, 1, 1), _tensors(src), _tensors(dst, dst_scale))
 
 
 def _dequantized(t, scale, rows: np.ndarray) -> np.ndarray:
@@ -162,7 +162,7 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     m = _dequantized(moving, moving_scale, _scale_rows(inst, "moving_scale", moving_scale, K, N, shapes))
     _accumulate_psum(dst, np.einsum("kiq,kjq->ij", s, m), accumulate)
     _rt.current().record("tensor", inst, ("mmx", K, M, N),
-                         _uids(stationary, moving, stationary_scale, moving_scale), _uids(dst))
+                         _tensors(stationary, moving, stationary_scale, moving_scale), _tensors(dst))
 
 
 def _row_tiling(inst: str, tile_position, tile_size, K: int, shapes: dict) -> None:

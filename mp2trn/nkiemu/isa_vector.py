@@ -18,7 +18,8 @@ from . import language as nl
 from . import runtime as _rt
 from .errors import NkiRuleError
 from .isa import (SBUF, HBM_REGIONS, _ALU, _BITVEC, _REDUCE, PSUM, NkiTensor, dge_mode, _apply_alu, _f32_2d, _no_gpsimd_psum, _onchip, _opname,
-                  _pf, _same_pf, _scalar_or_col, _shapes, _uids, _write, instruction, reduce_cmd)
+                  _pf, _same_pf, _scalar_or_col, _shapes, _tensors, _write, _dma_descriptors, instruction,
+                  reduce_cmd)
 
 _cmd = reduce_cmd   # the enum (functions below take a parameter of the same name, as in the ISA reference)
 
@@ -33,7 +34,7 @@ _CUMULATIVE = {nl.add: (np.add, 0.0), nl.subtract: (np.subtract, 0.0), nl.multip
 
 
 def _record(engine, inst, params, reads, writes):
-    _rt.current().record(engine, inst, params, _uids(*reads), _uids(*writes))
+    _rt.current().record(engine, inst, params, _tensors(*reads), _tensors(*writes))
 
 
 def _not_both_psum(inst, a_name, a, b_name, b, shapes):
@@ -418,7 +419,8 @@ def dma_transpose(dst, src, axes=None, dge_mode=dge_mode.unknown, oob_mode=None,
     sk = "hbm" if src.buffer in HBM_REGIONS else "sbuf"
     dk = "hbm" if dst.buffer in HBM_REGIONS else "sbuf"
     parts = dst.shape[0] if dk == "sbuf" else min(128, dst.shape[0])
-    _record("dma", inst, ("dma", nbytes, parts, sk, dk), (src,), (dst,))
+    # the transpose itself is done by the DMA engine's transpose hardware (not modeled): descriptors of dst
+    _record("dma", inst, ("dma", nbytes, parts, sk, dk, _dma_descriptors(dst)), (src,), (dst,))
 
 
 @instruction(tensors=("dst",))
@@ -448,7 +450,7 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, name=Non
     sk = "sbuf" if any(t.buffer is SBUF for t in srcs) else "hbm"
     dk = "sbuf" if dst.buffer is SBUF else "hbm"
     parts = dst.shape[0] if dk == "sbuf" else min(128, dst.shape[0] if dst.shape else 1)
-    _record("dma", inst, ("dma", nbytes, parts, sk, dk), srcs, (dst,))
+    _record("dma", inst, ("dma", nbytes, parts, sk, dk, _dma_descriptors(dst, *srcs)), srcs, (dst,))
 
 
 @instruction(tensors=("dst", "src"), onchip=())

@@ -543,15 +543,15 @@ def broadcast_to(x, shape, dtype=None):
     if shape[0] != x.shape[0] and F * 4 <= 2048 and d == float32:   # fp32 in one PSUM bank (2 KiB/partition)
         out = _out(shape, float32, "nl.broadcast_to", buffer=psum)
         nisa._write(out, vals)
-        _rt.current().record("tensor", "nc_matmul", ("mm", 1, shape[0], F, False, True), (x._alloc.uid,),
-                             (out._alloc.uid,))
+        _rt.current().record("tensor", "nc_matmul", ("mm", 1, shape[0], F, False, True), (x,),
+                             (out,))
         return out
     out = _out(shape, d, "nl.broadcast_to")
     if shape[0] != x.shape[0]:
         L = _rt.current()
         for f0 in range(0, F, 512):
             L.record("tensor", "nc_matmul", ("mm", 1, shape[0], builtins.min(F - f0, 512), False, True),
-                     (x._alloc.uid,), (out._alloc.uid,))
+                     (x,), (out,))
     nisa._vector_unary(out, x, None, "nl.broadcast_to", values=vals)
     return out
 

@@ -22,10 +22,12 @@ Every SBUF/PSUM tensor created by ``nl.ndarray``/``zeros``/... is one :class:`Al
 from __future__ import annotations
 
 import gc
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from heapq import heappop, heappush
 
 import numpy as np
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .errors import NkiCapacityError
@@ -84,6 +86,19 @@ class Memory:
         self.psum_owner = [None] * target.psum_banks  # bank -> (uid, name, shape)
         self.psum_peak_banks = 0
         self.live = {}  # uid -> (buffer name, bytes/partition, name, shape)
+        self.accesses = []                  # (record index, uid, first byte, end byte, write) of SBUF views
+        self.track_accesses = True          # off for detached launches (ops outside a kernel)
+
+    # -- instruction operands -------------------------------------------------------------------------
+    def touch(self, tensor, t: int, write: bool) -> int:
+        """The allocation uid of an instruction operand; for an SBUF tensor of this launch, note the bytes
+        of a partition it addresses (record ``t``) for the spill replay."""
+        alloc = tensor._alloc
+        uid = alloc.uid
+        if self.track_accesses and uid in self.intervals:
+            lo, hi = _partition_byte_range(tensor._data, alloc)
+            self.accesses.append((t, uid, lo, hi, write))
+        return uid
 
     # -- SBUF ---------------------------------------------------------------------------------------
     def alloc_sbuf(self, alloc: Allocation, nbytes: int, inst: str):
@@ -187,9 +202,30 @@ class Memory:
         return self.psum_peak_banks * self.target.psum_bank_bytes
 
 
+def _partition_byte_range(view: np.ndarray, alloc: Allocation) -> tuple[int, int]:
+    """[first, end) byte offsets within one partition that ``view`` of ``alloc`` covers; the whole
+    partition when the view does not keep partitions on its axis 0."""
+    whole = (0, alloc.nbytes)
+    base = alloc.base
+    if view.ndim == 0 or base.ndim == 0 or view.size == 0:
+        return whole
+    row = base.strides[0]
+    off = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    if (row <= 0 or (view.shape[0] > 1 and view.strides[0] % row)
+            or any(st < 0 and n > 1 for n, st in zip(view.shape[1:], view.strides[1:]))):
+        return whole
+    lo = off % row
+    hi = lo + view.itemsize + sum((n - 1) * st for n, st in zip(view.shape[1:], view.strides[1:]) if n > 1)
+    return (lo, hi) if hi <= row else whole
+
+
 @dataclass
 class SpillResult:
-    """Peak live SBUF by last use (bytes/partition) and the spill traffic it implies (total bytes)."""
+    """Peak live SBUF by last use (bytes/partition) and the spill traffic it implies (total bytes).
+
+    ``transfers``: the spill DMAs in program order, ``(record index, "save" | "reload", total bytes,
+    partitions, allocation uid)`` — a save runs when the piece is evicted (before the instruction at that
+    index), a reload before the instruction that reads the piece again."""
 
     peak: int = 0
     capacity: int = 0
@@ -197,6 +233,7 @@ class SpillResult:
     reload_bytes: int = 0
     spill_events: int = 0
     spilled: list = field(default_factory=list)   # names of the tiles spilled at least once
+    transfers: list = field(default_factory=list)
 
     @property
     def over(self) -> int:
@@ -205,12 +242,14 @@ class SpillResult:
 
 def spill_analysis(mem: "Memory", records, core: int = 0, psum: bool = False) -> SpillResult:
     """Replay a launch's SBUF tiles (or, ``psum``, its PSUM tiles in banks) with liveness from creation to
-    last use; when the live size exceeds the capacity, evict the tiles (not used by the current
-    instruction) whose next use is furthest, saving them (SBUF → HBM, PSUM → SBUF) if they hold data,
-    and reload them before an instruction reads them again. Sizes are per partition (bytes, or banks
-    for PSUM); the byte counts of the result are totals over partitions."""
+    last use; when the live size exceeds the capacity, evict what the current instruction does not touch
+    and is used again furthest in the future, saving it (SBUF → HBM, PSUM → SBUF) if it holds data, and
+    reload it before an instruction reads it again. SBUF is replayed in *pieces*: the byte ranges of a
+    partition that the kernel's instructions address (an accumulator tile of which one instruction
+    touches a 2 KiB column block spills that block, not the whole tile); PSUM in whole tiles (banks).
+    Sizes are per partition (bytes, or banks for PSUM); the byte counts of the result are totals over
+    partitions."""
     cap = mem.target.psum_banks if psum else mem.target.sbuf_usable_bytes
-    unit = mem.target.psum_bank_bytes if psum else 1
     iv = mem.psum_intervals if psum else mem.intervals
     uses = defaultdict(list)                     # uid -> [(t, reads)]
     for t, rec in enumerate(records):
@@ -235,55 +274,113 @@ def spill_analysis(mem: "Memory", records, core: int = 0, psum: bool = False) ->
     res = SpillResult(peak=peak, capacity=cap)
     if peak <= cap:
         return res
-    starts = defaultdict(list)
-    for u, (start, *_rest) in iv.items():
-        starts[start].append(u)
-    used_at = defaultdict(list)
-    for u, lst in uses.items():
+    if psum:
+        unit = mem.target.psum_bank_bytes
+        pieces = {u: (u, iv[u][0], last[u], iv[u][1], iv[u][1] * iv[u][2] * unit) for u in iv}
+        piece_uses = {u: uses[u] for u in iv}
+    else:
+        pieces, piece_uses = _sbuf_pieces(mem, iv, last, uses)
+    loads = set() if psum else {t for t, rec in enumerate(records)
+                                if rec[5] == core and rec[0] == "dma" and rec[2][3] == "hbm"}
+    _replay(pieces, piece_uses, cap, res, mem.target.name, psum, loads)
+    res.spilled = sorted({iv[pieces[k][0]][3] or f"tile{pieces[k][0]}" for k in res.spilled})
+    return res
+
+
+def _sbuf_pieces(mem, iv, last, uses):
+    """Cut every SBUF allocation at the byte offsets (within a partition) its accesses start and end at.
+    Returns ``{piece: (uid, start, last, bytes/partition, total bytes)}`` and ``{piece: [(t, reads)]}``;
+    a piece lives as long as its allocation."""
+    ranges = defaultdict(list)                   # uid -> [(t, lo, hi, reads)]
+    for t, u, lo, hi, write in mem.accesses:
+        if u in iv:
+            ranges[u].append((t, lo, hi, not write))
+    pieces, piece_uses = {}, {}
+    for u, (start, nbytes, parts, *_rest) in iv.items():
+        acc = ranges.get(u) or [(t, 0, nbytes, r) for t, r in uses[u]]
+        cuts = sorted({0, nbytes} | {c for _, lo, hi, _ in acc for c in (lo, hi) if 0 < c < nbytes})
+        for k in range(len(cuts) - 1):
+            width = cuts[k + 1] - cuts[k]
+            pieces[(u, k)] = (u, start, last[u], width, width * parts)
+            piece_uses[(u, k)] = []
+        for t, lo, hi, reads in acc:
+            for k in range(bisect_right(cuts, lo) - 1, bisect_left(cuts, hi)):
+                piece_uses[(u, k)].append((t, reads))
+    for key in [k for k, v in piece_uses.items() if not v]:
+        del piece_uses[key], pieces[key]
+    for v in piece_uses.values():
+        v.sort(key=lambda e: (e[0], not e[1]))   # within one instruction: its reads before its writes
+    return pieces, piece_uses
+
+
+def _replay(pieces, uses, cap, res: SpillResult, target_name: str, psum: bool, loads=frozenset()) -> None:
+    """Furthest-next-use replay of ``pieces`` (see :func:`_sbuf_pieces`) under ``cap``; fills ``res``.
+
+    ``loads``: the record indices of DMAs from HBM. A piece such a DMA wrote last is a copy of HBM data:
+    evicting it saves nothing, and its refill reads the same HBM source again (the compiler re-issues the
+    load instead of spilling)."""
+    starts, used_at = defaultdict(list), defaultdict(list)
+    for k, (_u, start, *_rest) in pieces.items():
+        starts[start].append(k)
+    for k, lst in uses.items():
         for t, reads in lst:
-            used_at[t].append((u, reads))
-    pos = {u: 0 for u in iv}
-    resident, written, spilled = {}, set(), set()
-    nbytes = {u: iv[u][1] for u in iv}
-    total = {u: iv[u][1] * iv[u][2] * unit for u in iv}
+            used_at[t].append((k, reads))
+    pos = {k: 0 for k in pieces}
+    expiry: list = []                              # heap of (last use, piece)
+    resident, written, dirty, spilled = {}, set(), set(), set()
     size = 0
     for t in sorted(set(starts) | set(used_at)):
-        for u in starts.get(t, ()):
-            resident[u] = True
-            size += nbytes[u]
-        needed = {u for u, _ in used_at.get(t, ())}
-        for u, reads in used_at.get(t, ()):
-            if u not in resident:                # refill before use (a pure write needs only the space)
-                resident[u] = True
-                size += nbytes[u]
-                if reads and u in written:
-                    res.reload_bytes += total[u]
-                    res.spill_events += 1
+        for k in starts.get(t, ()):
+            resident[k] = True
+            size += pieces[k][3]
+            heappush(expiry, (pieces[k][2], k))
+        needed = {k for k, _ in used_at.get(t, ())}
+        for k, reads in used_at.get(t, ()):
+            if k not in resident:                 # refill before use (a pure write needs only the space)
+                resident[k] = True
+                size += pieces[k][3]
+                if reads and k in written:
+                    _transfer(res, t, "reload", pieces[k])
         while size > cap:
-            victims = [u for u in resident if u not in needed]
+            victims = [k for k in resident if k not in needed]
             if not victims:
                 what = f"{size} PSUM banks" if psum else f"{size} B/partition of SBUF"
                 raise NkiCapacityError(
                     "capacity.psum" if psum else "capacity.sbuf", f"instruction {t}",
                     f"the operands of one instruction need {what}, over the {cap} available on "
-                    f"{mem.target.name}; no spill can help")
+                    f"{target_name}; no spill can help")
             far = max(victims, key=lambda v: _next_use(uses[v], pos[v], t))
             del resident[far]
-            size -= nbytes[far]
-            if far in written:
-                res.save_bytes += total[far]
-                res.spill_events += 1
-            spilled.add(iv[far][3] or f"tile{far}")
-        for u, reads in used_at.get(t, ()):
+            size -= pieces[far][3]
+            if far in dirty:
+                _transfer(res, t, "save", pieces[far])
+                dirty.discard(far)
+            spilled.add(far)
+        for k, reads in used_at.get(t, ()):
             if not reads:
-                written.add(u)
-            while pos[u] < len(uses[u]) and uses[u][pos[u]][0] <= t:
-                pos[u] += 1
-        for u in [u for u in resident if last[u] <= t]:
-            del resident[u]
-            size -= nbytes[u]
+                written.add(k)
+                if t in loads:
+                    dirty.discard(k)
+                else:
+                    dirty.add(k)
+            lst = uses[k]
+            while pos[k] < len(lst) and lst[pos[k]][0] <= t:
+                pos[k] += 1
+        while expiry and expiry[0][0] <= t:
+            k = heappop(expiry)[1]
+            if resident.pop(k, None):
+                size -= pieces[k][3]
     res.spilled = sorted(spilled)
-    return res
+
+
+def _transfer(res: SpillResult, t: int, kind: str, piece) -> None:
+    uid, _start, _last, width, total = piece
+    if kind == "save":
+        res.save_bytes += total
+    else:
+        res.reload_bytes += total
+    res.spill_events += 1
+    res.transfers.append((t, kind, total, total // width if width else 1, uid))
 
 
 def _next_use(lst, p, t) -> float:

@@ -21,6 +21,8 @@ class Launch:
         self.kernel_name = kernel_name
         self.num_programs = num_programs
         self.mems = [Memory(target, strict, clock=self._clock) for _ in range(num_programs)]
+        for mem in self.mems:
+            mem.track_accesses = not detached
         self.program_id = 0
         self.mem = self.mems[0]
         self.records = []
@@ -38,6 +40,11 @@ class Launch:
         self.shared_idx = 0
 
     def record(self, engine, name, params, reads, writes):
+        """Append one instruction: ``reads``/``writes`` are the tensors (views) it touches; the record keeps
+        their allocations' uids, and the memory of this program notes the SBUF byte ranges (for spills)."""
+        t, mem = len(self.records), self.mem
+        reads = tuple(mem.touch(x, t, False) for x in reads)
+        writes = tuple(mem.touch(x, t, True) for x in writes)
         self.records.append((engine, name, params, reads, writes, self.program_id))
         if self.detached and len(self.records) > 100000:
             del self.records[:50000]

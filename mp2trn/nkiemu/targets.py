@@ -34,6 +34,8 @@ class Target:
     partitions: int = 128
     dma_queues: int = 16
     dma_queue_bw: float = 17e9      # sustained bytes/s per DMA engine (queue)
+    #: queue seconds per DMA descriptor (one contiguous run of a transfer): see the targets below
+    dma_descriptor_s: float = 0.0
     peak_flops: dict = field(default_factory=dict)  # {"fp32": .., "bf16": ..} TensorE dense peak
     moving_fmax_fp32_dst: int = 512
     moving_fmax_bf16_dst: int = 512
@@ -52,11 +54,21 @@ class Target:
         return f"{self.name} ({self.core})"
 
 
+#: DMA descriptor time. A descriptor moves one contiguous run (source address, destination address,
+#: length; nki/deep-dives/nki-dge.rst) and "every DMA transfer incurs descriptor setup" that small payloads
+#: cannot amortize (nki/deep-dives/nki-dma-bandwidth-guide.rst, which publishes no figure for it).
+#: NeuronCore-v2 has no hardware DGE: its descriptors are pre-computed in HBM and fetched by the queues
+#: (nki-dge.rst, mode "none"). trn1's 71 ns per descriptor per queue is FITTED, not published: to the
+#: pre-2.29 trn1 bf16 tiled and hoisted matmul timings (scripts/cost_model_vs_published.py,
+#: DESCRIPTOR_FIT), and checked on every other trn1 point of that script. trn2/trn3: 0 — hardware DGE,
+#: and the DMA overview's two trn2 transfers last their bytes at 23 B/ns (nki-dma-overview.rst).
+TRN1_DMA_DESCRIPTOR_S = 71e-9
+
 TRN1 = Target(
     name="trn1", gen=2, core="NeuronCore-v2",
     clock_hz={"tensor": 2.8e9, "vector": 1.12e9, "scalar": 1.4e9, "gpsimd": 1.4e9},
     sbuf_partition_bytes=192 * 1024, sbuf_usable_bytes=180224,
-    dma_queue_bw=17e9, peak_flops={"fp32": 23e12, "bf16": 92e12},
+    dma_queue_bw=17e9, dma_descriptor_s=TRN1_DMA_DESCRIPTOR_S, peak_flops={"fp32": 23e12, "bf16": 92e12},
 )
 TRN2 = Target(
     name="trn2", gen=3, core="NeuronCore-v3",

@@ -90,6 +90,39 @@ def test_dma_formula():
         pytest.approx(1e-6 + nbytes / 368e9)
 
 
+def test_dma_descriptor_time():
+    # queue time += ceil(descriptors / queues) x the target's descriptor time (trn1: fitted, trn2: none)
+    nbytes = 128 * 256
+    plain = instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf"), T1, P)
+    with_desc = instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf", 256), T1, P)
+    assert T1.dma_descriptor_s > 0 and with_desc - plain == pytest.approx(16 * T1.dma_descriptor_s)
+    assert T2.dma_descriptor_s == 0
+    assert instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf", 256), T2, P) == pytest.approx(nbytes / 368e9)
+    # a parameter override prices the same record with another descriptor time
+    assert instruction_seconds("dma", ("dma", nbytes, 128, "hbm", "sbuf", 256), T1, P.replace(dma_descriptor_s=0.0)) \
+        == pytest.approx(plain)
+
+
+@nki.jit
+def three_loads(x):
+    """A column block of a row-major HBM matrix (128-element runs), whole rows (one run per partition), and
+    the same rows into a tile that keeps every other element (one-element runs)."""
+    a = nl.ndarray((128, 128), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x[:, 0:128])
+    b = nl.ndarray((128, 512), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=x)
+    c = nl.ndarray((128, 512, 2), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c[:, :, 0], src=x)
+    return None
+
+
+def test_dma_copy_counts_descriptors_as_contiguous_runs():
+    with nki.profile() as prof:
+        nki.simulate(three_loads, target="trn1")(np.ones((128, 512), np.float32))
+    descriptors = [rec[2][5] for rec in prof.launches[0].records if rec[0] == "dma"]
+    assert descriptors == [128, 128, 128 * 512]
+
+
 @pytest.mark.usefixtures("on_trn2")
 def test_report_contents_and_json():
     m = load_conformance("matmul")
