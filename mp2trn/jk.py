@@ -33,13 +33,11 @@ from pyscf import df, lib
 from .devices import Device, get_device
 from .df import TensorFile, cholesky_tensor, cholesky_tensor_share
 from .errors import InputError
-from .memory import budget_mb
+from .memory import budget_mb, plan_scf_tensor
 from .overlap import made_ahead
 from .parallel import Comm, balanced_counts, offsets
 from .precision import Precision, get_precision
 
-#: share of the memory budget the device-side tensor may use before builds stream it
-_RESIDENT_SHARE = 0.5
 #: eigenvalues of a bare density matrix below this (relative to the largest) are dropped
 _EIG_CUTOFF = 1e-12
 
@@ -187,6 +185,7 @@ class JKTensor:
         self.how = "PySCF's tensor, streamed"   # how the rows were made (what-ran)
         self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
         self.copy_left_out = False   # the last blocks made without the device's optional copy (no room)
+        self.why = ""   # the memory plan's reason for resident or streamed (memory.plan_scf_tensor)
 
     def blocks(self, mode: Precision, device: Device):
         """Device blocks of the tensor for builds in ``mode``: kept when the tensor fits the budget, else
@@ -198,8 +197,10 @@ class JKTensor:
         (:func:`mp2trn.df.cholesky_tensor`) when PySCF has not built its own, else taken from PySCF's
         (packed: as it is; unpacked: unpacked once) — and the device blocks are made from it. The plan
         counts the host tensor and the copy the device keeps (:meth:`Device.jk_copy_itemsize`; on the CPU
-        the fp32 builds' packed fp32 copy); a device whose copy is optional (:attr:`Device.jk_copy_optional`)
-        keeps the tensor resident without it when only the copy does not fit, and converts as it reads.
+        the fp32 builds' packed fp32 copy) against the budget, or against the device's own memory where it
+        has some (:meth:`Device.memory_mb`); a device whose copy is optional (:attr:`Device.jk_copy_optional`)
+        keeps the tensor resident without it when only the copy does not fit, and converts as it reads. The
+        decision is :func:`mp2trn.memory.plan_scf_tensor`'s, and its reason is in the record (``tensor_plan``).
         Streamed: PySCF builds its tensor (in its HDF5 file when it is large) and every build reads it
         block by block.
         """
@@ -216,18 +217,9 @@ class JKTensor:
         naux = balanced_counts(naux, self.comm.size)[self.comm.rank]   # this rank's rows
         packed = device.jk_packed
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
-        copy = device.jk_copy_itemsize(dtype, **planes)
-
-        def fits(bytes_per_element: int) -> bool:
-            return naux * per_row * bytes_per_element <= _RESIDENT_SHARE * self.budget * 1e6
-
-        resident, self.copy_left_out = fits(8 + copy), False
-        if not resident and copy and device.jk_copy_optional and fits(8):   # the tensor fits, its copy beside it not
-            resident, self.copy_left_out, copy = True, True, 0
-        # a streamed block: the rows read (fp64), unpacked for the device if it takes them so, its copy;
-        # two blocks are alive at once (the one in use and the one the reader thread makes)
-        per_aux = per_row * 8 + (0 if packed else nao * nao * 8) + per_row * copy
-        blksize = int(max(1, min(naux, 256, (0.1 * self.budget * 1e6) // per_aux)))
+        plan = plan_scf_tensor(naux, per_row, device.jk_copy_itemsize(dtype, **planes), device.jk_copy_optional,
+                               0 if packed else nao * nao, self.budget, device.memory_mb())
+        resident, self.copy_left_out, blksize, self.why = plan.resident, plan.copy_left_out, plan.block_rows, plan.why
         self.streamed = not resident
         self.layout = "packed" if packed else "unpacked"
         if not resident:   # the next block is read (and unpacked) by a thread while this one is used
@@ -304,7 +296,8 @@ class JKTensor:
         where = "streamed at every build" if self.streamed else "resident on the device"
         left_out = "; no room for the device's reduced-precision copy: converted at every build" \
             if self.copy_left_out else ""
-        return {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})"}
+        return {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})",
+                "tensor_plan": self.why}
 
 
 class DeviceJK(df.DF):

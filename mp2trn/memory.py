@@ -422,3 +422,58 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
         max(jk_columns * per_col, jk_block * per_jk_aux)
     return GradientPlan(budget_mb, b_plan, incore, strip, pair, metric_cols, ri_block, response_factors, chunk_mb,
                         half_incore, jk_columns, jk_block, {k: v / MB for k, v in stage.items()})
+
+
+@dataclass(frozen=True)
+class ScfTensorPlan:
+    """Where the SCF's fitted 3-index tensor lives while the J/K builds read it (:func:`plan_scf_tensor`).
+
+    resident: made once per SCF and kept (the host's fp64 rows, and the device's copy of them in device
+    memory where the device has its own) — else streamed block by block at every build; copy_left_out:
+    resident without the device's optional copy (the CPU's fp32 one); block_rows: auxiliary rows per
+    block; why: one line for what-ran."""
+
+    resident: bool
+    copy_left_out: bool
+    block_rows: int
+    why: str
+
+
+#: share of the memory budget the resident SCF tensor (host rows and a host-memory copy) may use
+SCF_TENSOR_SHARE = 0.5
+#: share of a device's own memory its copy of the SCF tensor may use (the rest: the MP2 stages' arrays)
+SCF_DEVICE_SHARE = 0.5
+
+
+def plan_scf_tensor(naux: int, elements_per_row: int, copy_itemsize: int, copy_optional: bool,
+                    unpacked_per_row: int, budget_mb: float, device_mb: float | None) -> ScfTensorPlan:
+    """Resident or streamed SCF tensor for one device and budget.
+
+    naux: this rank's auxiliary rows; elements_per_row: per row in the device's layout (nao(nao+1)/2 packed,
+    nao² unpacked); copy_itemsize: bytes per element of the device's copy for these builds
+    (``Device.jk_copy_itemsize``); unpacked_per_row: elements a streamed row is unpacked into (0 when the
+    device reads packed rows); device_mb: the device's own memory (``Device.memory_mb``; None: it computes
+    in host memory, and its copy counts against the budget).
+    Resident when the fp64 host rows (and a host-memory copy) fit :data:`SCF_TENSOR_SHARE` of the budget and
+    a device-memory copy fits :data:`SCF_DEVICE_SHARE` of the device's memory.
+    """
+    rows_bytes = naux * elements_per_row
+    copy_bytes = rows_bytes * copy_itemsize
+    host_copy = copy_bytes if device_mb is None else 0
+    host_ok = rows_bytes * 8 + host_copy <= SCF_TENSOR_SHARE * budget_mb * MB
+    device_ok = device_mb is None or copy_bytes <= SCF_DEVICE_SHARE * device_mb * MB
+    resident, left_out = host_ok and device_ok, False
+    if not resident and copy_optional and copy_itemsize and rows_bytes * 8 <= SCF_TENSOR_SHARE * budget_mb * MB:
+        resident, left_out, copy_itemsize = True, True, 0
+    # a streamed block: its fp64 rows, unpacked rows, the copy; two alive at once (in use and read ahead)
+    per_aux = elements_per_row * (8 + copy_itemsize) + unpacked_per_row * 8
+    rows = int(max(1, min(naux, 256, (0.1 * budget_mb * MB) // per_aux)))
+    need = f"{_mb(rows_bytes * 8 + host_copy)} of the {budget_mb:.0f} MB budget"
+    if device_mb is not None:
+        need += f", {_mb(copy_bytes)} of the device's {device_mb / 1e3:.0f} GB"
+    if resident:
+        why = f"resident: {need}" + ("; the device's copy left out" if left_out else "")
+    else:
+        why = f"streamed: resident would need {need} (at most {SCF_TENSOR_SHARE:.0%} of the budget" + \
+              (f", {SCF_DEVICE_SHARE:.0%} of the device's memory)" if device_mb is not None else ")")
+    return ScfTensorPlan(resident, left_out, rows, why)

@@ -43,6 +43,10 @@ F32 = np.float32
 #: SBUF bytes per partition the kernels may plan with (nl.tile_size.total_available_sbuf_size × 0.85)
 SBUF_USABLE = {"trn1": 180224, "trn2": 212984}
 BLOCKS_ENV = "MP2TRN_NKI_BLOCKS"
+#: device memory (HBM) per NeuronCore, GiB: a Trainium chip has 32 GiB for its two NeuronCore-v2, a
+#: Trainium2 chip 96 GiB for its eight NeuronCore-v3 (aws-neuron-sdk
+#: about-neuron/arch/neuron-hardware/trainium.rst and trainium2.rst)
+HBM_PER_CORE_GIB = {"trn1": 32 / 2, "trn2": 96 / 8}
 #: most distinct kernel signatures (NEFF compiles on Trainium) one run may use per stage, with the host's
 #: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per power-of-two factor width
 #: (initial guess ±, alpha, beta); ao_to_mo — per spin, the first block size and one larger one; metric —
@@ -543,6 +547,11 @@ class NeuronDevice(NkiDevice):
 
     name = "neuron"
     kind = "neuron"
+
+    def memory_mb(self) -> float | None:
+        """The device memory of the one NeuronCore a run uses: the chip's HBM shared by its cores
+        (:data:`HBM_PER_CORE_GIB`); the SCF tensor's copy and the gradient's strips are planned to fit it."""
+        return HBM_PER_CORE_GIB[self.target] * 2 ** 30 / 1e6
 
     def computes_on_host_cores(self) -> bool:
         return False     # the kernels run on the NeuronCore: the host makes its next integral block meanwhile
