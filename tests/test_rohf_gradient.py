@@ -118,7 +118,7 @@ def _df_rohf(mol: gto.Mole, field=None) -> scf.rohf.ROHF:
 
 
 def test_relaxed_dipole_is_the_field_derivative_of_the_energy():
-    """μ_el = −dE/dF with h + F·r (5-point, F = 1e-3 au) for the ROHF-MBPT(2) relaxed density (a PySCF ROHF
+    """μ_el = −dE/dF with h + F·r (central, F = 1e-3 au) for the ROHF-MBPT(2) relaxed density (a PySCF ROHF
     object through mp2trn.DFMP2): the singles, the semicanonical response and the ROHF Z-vector all in it."""
     mol = _mol(HYDROXYL, 1, "6-31g")
     pt = mp2trn.DFMP2(_df_rohf(mol), auxbasis="def2-svp-ri").run()
@@ -129,11 +129,11 @@ def test_relaxed_dipole_is_the_field_derivative_of_the_energy():
     fd = np.zeros(3)
     for x in (2,):              # along the bond (x: tested for RHF/UHF in test_gradient)
         e = {}
-        for k in (-2, -1, 1, 2):
+        for k in (-1, 1):
             field = np.zeros(3)
             field[x] = k * 1e-3
             e[k] = mp2trn.DFMP2(_df_rohf(mol, field), auxbasis="def2-svp-ri").run().e_tot
-        fd[x] = -(e[-2] - 8 * e[-1] + 8 * e[1] - e[2]) / 12e-3
+        fd[x] = -(e[1] - e[-1]) / 2e-3
     assert abs(mu_el[2] - fd[2]) < 1e-5
     unrelaxed = pt.make_rdm1(relaxed=False)
     assert abs(-np.einsum("xij,ij->x", r, unrelaxed[0] + unrelaxed[1])[2] - fd[2]) > 1e-3
@@ -207,6 +207,7 @@ def test_gradient_over_two_ranks_equals_one_rank(tmp_path):
     assert np.max(np.abs(np.asarray(doc["return_result"]) - one.gradient.ravel())) <= 1e-9
 
 
+@pytest.mark.slow
 def test_frequencies_of_a_radical_with_rohf(tmp_path):
     """mp2trn.run(hessian=True) with reference rohf on NH2 (doublet, no degenerate state): the Hessian of
     the ROHF-MBPT(2) gradients is symmetric and its N z diagonal element is the energies' second difference."""
