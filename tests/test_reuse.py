@@ -60,3 +60,27 @@ def test_kept_b_moves_between_memory_and_file_and_refuses_other_orbitals():
         with back:
             assert back.incore and np.array_equal(back.arrays[0], expected)
     assert not store.arrays      # the in-memory original was closed when it moved
+
+
+def test_response_products_from_an_unpacked_scf_tensor_equal_the_packed():
+    """The accelerators' SCF tensor is unpacked (naux, nao, nao): the response's products made from it equal
+    those of the packed tensor the CPU keeps."""
+    from pyscf import gto, lib, scf
+
+    from mp2trn.df import cholesky_tensor
+    from mp2trn.grad.cpks import ResponseJK
+    from mp2trn.grad.orbitals import channels
+    from mp2trn.orbitals import select_frozen
+
+    mol = gto.M(atom=HYDROXYL, basis="cc-pvdz", spin=1, verbose=0)
+    mf = scf.UHF(mol).density_fit(auxbasis="cc-pvdz-jkfit").run()
+    chans = channels(mf, select_frozen(mf, None))
+    packed = cholesky_tensor(mol, mf.with_df.auxmol, packed=True)
+    products = [ResponseJK(mf, chans, t) for t in (packed, lib.unpack_tril(packed))]
+    rng = np.random.default_rng(5)
+    mats = [(lambda m: m + m.T)(rng.normal(size=(c.nmo, c.nmo))) for c in chans]
+    zs = [rng.normal(size=(c.nvir, len(c.occ))) for c in chans]
+    for a, b in zip(*(p.occupied_columns(mats) for p in products)):
+        assert np.max(np.abs(a - b)) < 1e-12
+    for a, b in zip(*(p.zvector(zs) for p in products)):
+        assert np.max(np.abs(a - b)) < 1e-12
