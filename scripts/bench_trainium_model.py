@@ -399,7 +399,7 @@ def main(argv=None):
           "**Everything on this page is MODELED, not measured**: the kernels in `kernels/` run in the NKI",
           "emulator (`mp2trn.nkiemu`) and every instruction they execute is priced with the emulator's cost model",
           "(per-instruction cycle formulas of the NKI ISA documentation, engine clocks of NeuronCore-v2 (trn1) and",
-          "-v3 (trn2), 16 DMA queues at 17/23 GB/s, 2 µs per DMA, 15 µs per launch; assumptions in",
+          "-v3 (trn2), 16 DMA queues at 17/23 GB/s, trn1 71 ns per DMA descriptor (fitted), 1.9 µs DMA latency, 15 µs per launch; assumptions in",
           "docs/emulator.md). One emulated run is priced for both generations; the blocks were planned for trn1's",
           "SBUF (180 KiB/partition), which trn2 also fits. Times are for ONE NeuronCore.", "",
           f"Produced by `python scripts/bench_trainium_model.py` ({platform.python_version()}, "
