@@ -38,7 +38,8 @@ def _random_z(chans, seed=5):
 @pytest.mark.parametrize("device, precision, tol", [("sim", "fp32", 3e-5), ("sim", "fp32x3", 1e-7)])
 def test_device_products_equal_host_fp64_ones(system, device, precision, tol):
     """Each Z-vector product through the device's GEMMs (five per channel) equals the host fp64 product to the
-    precision's accuracy, relative to the product's largest element; the blocks travel to the device once."""
+    precision's accuracy, relative to the product's largest element; the blocks travel to the device once;
+    the G[X] columns likewise."""
     mf, chans, host = system
     dev = get_device(device, precision)
     on_device = cpks.ResponseJK(mf, chans, host.tensor, dev)
@@ -50,10 +51,14 @@ def test_device_products_equal_host_fp64_ones(system, device, precision, tol):
         moved.append(dev.transfer_record()["zvector"]["to_device"])
     assert on_device.describe() == {"device": device, "precision": precision, "products": 2,
                                     "gemm_launches": 2 * 5 * len(chans)}
-    # the first product sent the kept blocks (five layouts) and its moving operands, the second only the latter
+    # the first product sent the five kept layouts it reads and its moving operands, the second only the latter
     blocks = sum(3 * ov.size + oo.size + vv.size for oo, ov, vv in
                  zip(host.b_oo, host.b_ov, host.b_vv)) * (4 if precision == "fp32" else 6)
     assert moved[0] - (moved[1] - moved[0]) == blocks
+    rng = np.random.default_rng(2)
+    mats = [(lambda m: m + m.T)(rng.normal(size=(c.nmo, c.nmo))) for c in chans]
+    for a, b in zip(on_device.occupied_columns(mats), host.occupied_columns(mats)):
+        assert np.max(np.abs(a - b)) < tol * np.max(np.abs(b))
 
 
 def test_torch_device_products_equal_host_ones(system):
@@ -94,7 +99,8 @@ def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     device_run = mp2trn.run(gto.M(atom=WATER, basis="cc-pvdz", verbose=0), **kw)
     ran = device_run.what_ran["zvector"]
     assert (ran["device"], ran["precision"]) == ("sim", "fp32")
-    assert ran["products"] == ran["iterations"] and ran["gemm_launches"] == 5 * ran["products"]
+    # five GEMMs per product, eight for each of the two G[X] column sets (the Lagrangian's and W's)
+    assert ran["products"] == ran["iterations"] and ran["gemm_launches"] == 5 * ran["products"] + 2 * 8
     assert device_run.cost["launches_by_stage"]["zvector"] == ran["gemm_launches"]
     assert device_run.cost["host_device_bytes"]["zvector"]["to_device"] > 0
     assert device_run.what_ran["gradient_gamma_ao"] == "sim (fp32)" and device_run.cost["launches_by_stage"]["grad_gamma"]

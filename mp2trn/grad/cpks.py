@@ -25,8 +25,8 @@ stage ``zvector``): the MO blocks go to the device once per gradient, in the lay
     J: ρ_Q = 2 Σ_i M^Q_ii (host);    A_T = B_ov as (Q, (i, a)),   B = ρ
 
 in the device's precision (sim: the ``gemm`` kernel in fp32 or ``gemm_x3`` in fp32x3; cuda: torch; cpu:
-fp64), the solver's vectors and sums in fp64 on the host. The G[X] columns for the Lagrangian and W stay
-host fp64 GEMMs of the AO tensor (two per gradient).
+fp64), the solver's vectors and sums in fp64 on the host. The G[X] columns for the Lagrangian and W are device
+GEMMs of the same blocks (:meth:`ResponseJK.occupied_columns`, two per gradient).
 """
 
 from __future__ import annotations
@@ -81,7 +81,9 @@ class ResponseJK:
                 "oo_by_occ": keep(oo.reshape(naux * o, o).T),                      # (i, (Q, j)): B^Q_oo symmetric
                 "vv_rows": keep(vv.reshape(naux * v, v)),                          # ((Q, b), a)
                 "ov_rows": keep(ov.reshape(naux * o, v)),                          # ((Q, i), a)
-                "ov_by_aux": keep(ov.reshape(naux, o * v))}                        # (Q, (i, a))
+                "ov_by_aux": keep(ov.reshape(naux, o * v)),                        # (Q, (i, a))
+                "oo_rows": keep(oo.reshape(naux * o, o)),                          # ((Q, j), i)
+                "oo_by_aux": keep(oo.reshape(naux, o * o))}                        # (Q, (j, i))
 
     def _gemm(self, a_t, b: np.ndarray) -> np.ndarray:
         self.launches += 1
@@ -140,18 +142,30 @@ class ResponseJK:
 
     # -- G of a general symmetric matrix, occupied columns ---------------------------------------------
     def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
-        """Cᵀ G^σ[X^σ] C_o (nmo, nocc) per channel for symmetric MO-basis X^σ (nmo, nmo)."""
-        ao = [ch.c @ x @ ch.c.T for ch, x in zip(self.chans, mats)]
-        total = sum(ch.weight * a for ch, a in zip(self.chans, ao))
-        j = np.zeros((self.nao, self.nao))
-        ks = [np.zeros((self.nao, len(ch.occ))) for ch in self.chans]
-        for _, b in self._chunks():
-            flat = b.reshape(len(b), -1)
-            j += ((flat @ total.ravel()) @ flat).reshape(self.nao, self.nao)
-            rows = b.reshape(-1, self.nao)                                          # (Q·μ, ν)
-            for ch, a, k in zip(self.chans, ao, ks):
-                o = len(ch.occ)
-                y = (rows @ ch.c[:, ch.occ]).reshape(len(b), self.nao, o)          # B_Q C_o
-                w = (a @ y.transpose(1, 0, 2).reshape(self.nao, -1)).reshape(self.nao, len(b), o)
-                k += rows.T @ np.ascontiguousarray(w.transpose(1, 0, 2)).reshape(-1, o)   # Σ_Q B_Q (X B_Q C_o)
-        return [ch.c.T @ (j @ ch.c[:, ch.occ] - k) for ch, k in zip(self.chans, ks)]
+        """Cᵀ G^σ[X^σ] C_o (nmo, nocc) per channel for symmetric MO-basis X^σ (nmo, nmo), from the MO blocks
+        (Cᵀ B_Q (C X Cᵀ) B_Q C = B^Q X B^Q): with U^Q = B^Q[:, occ] and W^Q = X U^Q, K's columns are
+        Σ_Q B^Q W^Q and J's Σ_Q ρ_Q U^Q with ρ_Q = tr(X B^Q) = ρ_oo + 2ρ_ov + ρ_vv — eight GEMMs per channel on
+        the device (stage ``zvector``); ρ_oo + ρ_ov and ρ_ov are traces of W's two halves, and ρ_vv = Σ_ab
+        B^Q_ab X_ab is a host fp64 GEMV (no kept layout has Q free with (a, b) to contract)."""
+        rho = np.zeros(self.naux)
+        halves = []
+        for ch, kept, vv, x in zip(self.chans, self._kept, self.b_vv, mats):
+            o, occ, vir = len(ch.occ), ch.occ, ch.vir
+            # W[(Q, i), r] = Σ_s B^Q_si X_sr over occupied s and over virtual s
+            w_o = self._gemm(kept["oo_by_occ"], x[occ]).reshape(self.naux, o, -1)
+            w_v = self._gemm(kept["vo_by_vir"], x[vir]).reshape(self.naux, o, -1)
+            trace = lambda w: np.einsum("qii->q", w[:, :, occ])                 # noqa: E731
+            rho += ch.weight * (trace(w_o) + 2.0 * trace(w_v) + vv.reshape(self.naux, -1) @ x[np.ix_(vir, vir)].ravel())
+            halves.append((w_o + w_v).transpose(0, 2, 1))                         # (Q, r, i) = W^Q_ri
+        out = []
+        for ch, kept, ov, w in zip(self.chans, self._kept, self.b_ov, halves):
+            o, occ, vir = len(ch.occ), ch.occ, ch.vir
+            w_occ, w_vir = w[:, occ].reshape(-1, o), w[:, vir].reshape(-1, o)   # ((Q, j), i), ((Q, b), i)
+            vo_rows = self.device.response_operand(ov.transpose(0, 2, 1).reshape(-1, o))   # ((Q, b), j) = B^Q_bj
+            g = np.empty((ch.nmo, o))
+            g[vir] = (self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(o, -1).T
+                      - self._gemm(kept["vv_rows"], w_vir) - self._gemm(kept["ov_rows"], w_occ))
+            g[occ] = (self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
+                      - self._gemm(kept["oo_rows"], w_occ) - self._gemm(vo_rows, w_vir))
+            out.append(g)
+        return out

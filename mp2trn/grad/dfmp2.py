@@ -172,8 +172,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
-                "gradient_jk": ("occupied-factor products of the JK-fit tensor (Z-vector GEMMs on "
-                                f"{zvector['device']}, {zvector['precision']}; G[P] columns host, fp64)" if fast else
+                "gradient_jk": ("occupied-factor products of the JK-fit tensor (GEMMs on "
+                                f"{zvector['device']}, {zvector['precision']})" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector": zvector, "gradient_gamma_ao": f"{device.name} ({device.response_precision})",
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
