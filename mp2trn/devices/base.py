@@ -36,7 +36,8 @@ class Device(ABC):
     Besides the three stages, the host asks a device only what is defined here: which precisions it
     runs and its storage dtype, its own memory (:meth:`memory_mb`), whether it takes packed AO blocks, the
     largest occupied block it wants per pair launch (:meth:`occ_block_limit`), the SCF tensor layout and
-    copy it keeps (:attr:`jk_packed`, :meth:`jk_copy_itemsize`), what ran (:meth:`what_ran`), its modeled
+    copy it keeps (:attr:`jk_packed`, :meth:`jk_copy_itemsize`), the orbital response's GEMMs on operands it keeps
+    (:meth:`response_operand`, :meth:`response_gemm`), what ran (:meth:`what_ran`), its modeled
     cost (:meth:`cost_report`), how arrays travel between ranks (:meth:`collective_launcher`) and
     :meth:`close`. Callers ask these; they never probe a device for attributes.
     """

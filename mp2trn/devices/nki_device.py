@@ -51,9 +51,12 @@ HBM_PER_CORE_GIB = {"trn1": 32 / 2, "trn2": 96 / 8}
 #: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per power-of-two factor width
 #: (initial guess ±, alpha, beta); ao_to_mo — per spin, the first block size and one larger one; metric —
 #: one column chunk per spin; pairs — diagonal and off-diagonal blocks per spin channel (αα, ββ, αβ);
-#: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways).
-#: tests/test_compile_signatures.py holds runs of several sizes to it.
-SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6}
+#: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways); zvector —
+#: per spin channel the Z-vector product's five GEMM shapes and five more of the G[X] columns (UHF: α and β);
+#: grad_gamma — per spin channel the fitting-basis pass's full block and its shorter last one.
+#: tests/test_compile_signatures.py holds runs of several sizes to it (tests/test_zvector_device.py a gradient).
+SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6, "zvector": 20,
+                   "grad_gamma": 4}
 #: rows of Z per compensated exchange launch: β = 7 grid bits (mp2trn.precision.beta_for). One launch over a
 #: whole block (benzene/cc-pVDZ: 17 000 rows, β = 4) left K 1.8e-7 off and tr(D ΔK) 9e-7; 2048 rows (β = 6)
 #: 1.2e-8, 1024 or 512 rows (β = 7) 6e-9, 256 rows (β = 8) 5e-9 (the rows of the exact Z, fp64 sums of the
