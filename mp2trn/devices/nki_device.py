@@ -58,10 +58,14 @@ HBM_PER_CORE_GIB = {"trn1": 32 / 2, "trn2": 96 / 8}
 SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6, "zvector": 20,
                    "grad_gamma": 4}
 #: rows of Z per compensated exchange launch: β = 7 grid bits (mp2trn.precision.beta_for). One launch over a
-#: whole block (benzene/cc-pVDZ: 17 000 rows, β = 4) left K 1.8e-7 off and tr(D ΔK) 9e-7; 2048 rows (β = 6)
-#: 1.2e-8, 1024 or 512 rows (β = 7) 6e-9, 256 rows (β = 8) 5e-9 (the rows of the exact Z, fp64 sums of the
-#: launches on the host)
+#: whole block (benzene/cc-pVDZ: 17 000 rows, β = 4) left tr(D ΔK) at 9e-7 (the exact Z); 2048 rows (β = 6)
+#: 1.2e-8, 512 rows 6.4e-9, 256 rows (β = 8) 5.3e-9; stannane/def2-SVP (the device's Z): 1024 rows 1.3e-8,
+#: 256 rows 5.9e-9. Every launch returns an (nao, nao) pair: 1024 rows keep those transfers 4x below 256's
 SYRK_X3_ROWS = 1024
+#: auxiliary rows per compensated Coulomb launch (J = Σ_P ρ_P B_P): one launch over stannane/def2-SVP's
+#: whole tensor (~300 rows, β = 7) left tr(D ΔJ) at 4.6e-8, 128-row launches (β = 8, a narrower range of
+#: ρ_P per grid) 4.8e-9, 32-row ones 1.2e-8 (the exact ρ; fp64 sums of the launches on the host)
+J_X3_ROWS = 128
 MAX_BLOCK = 512   # per-pair sums of one i row fill at most one PSUM bank (512 fp32)
 
 
@@ -300,7 +304,8 @@ class NkiDevice(Device):
             Z_P = C^T B_P          batched_gemm_x3 (C_vir = 1: its second half is TensorE's transpose)
             K   = Σ sign · Z^T Z    syrk_x3 on Z re-split along its rows, :data:`SYRK_X3_ROWS` rows a launch
             ρ_P = Σ_iν Z_P,iν C_νi  the host's fp64 reduction of the Z it already holds (p·n·nao adds)
-            J   = Σ_P ρ_P B_P       gemm_x3, ρ stationary, the block's planes split along P moving
+            J   = Σ_P ρ_P B_P       gemm_x3 per :data:`J_X3_ROWS` rows, ρ stationary, the planes split along P
+                                    moving
 
         J reads ρ off the factors' Z (as the cpu device does) because the coulomb kernel's ρ = B·D runs on
         VectorE, whose fp32 products a split cannot make exact."""
@@ -330,9 +335,13 @@ class NkiDevice(Device):
                         vk += sign * lower_to_full(mode.combine(k))
         vj = None
         if with_j:
-            rho_planes = mode.split_operand(rho.reshape(p, 1), axis=0, moving=False)
-            j = mode.combine(self.launcher.launch("scf_jk", gemm_x3, (*rho_planes, *block.by_p), {}))
-            vj = j.reshape(nao, nao)
+            vj = np.zeros(nao * nao)
+            for c, chunk in enumerate(block.by_p):
+                r0 = c * J_X3_ROWS
+                rho_planes = mode.split_operand(_pad_rows(rho[r0:r0 + J_X3_ROWS].reshape(-1, 1), J_X3_ROWS), axis=0,
+                                                moving=False)
+                vj += mode.combine(self.launcher.launch("scf_jk", gemm_x3, (*rho_planes, *chunk), {})).ravel()
+            vj = vj.reshape(nao, nao)
         return vj, vk
 
     # -- stage 1: (P|μν) -> (P|ia) ------------------------------------------------------------------
@@ -517,8 +526,9 @@ def _padded_factor(part: np.ndarray, dtype) -> np.ndarray:
 class _X3Block:
     """One block of the SCF tensor as the compensated J/K kernels read it, kept in device memory:
     ``by_mu`` = (hi bf16, lo fp32) of the (p, nao, nao) rows split along μ (the contraction of Z = CᵀB_P, the
-    stationary operand of ``batched_gemm_x3``), ``by_p`` = (hi, lo, x) of the (p, nao²) rows split along P
-    (the contraction of J = Σ_P ρ_P B_P, the moving operand of ``gemm_x3``): 16 bytes per element."""
+    stationary operand of ``batched_gemm_x3``), ``by_p`` = per :data:`J_X3_ROWS` rows (zero-padded), (hi, lo,
+    x) of the (rows, nao²) rows split along P (the contraction of J = Σ_P ρ_P B_P, the moving operand of
+    ``gemm_x3``): 16 bytes per element."""
 
     by_mu: tuple
     by_p: tuple
@@ -529,11 +539,13 @@ class _X3Block:
     def split(cls, block: np.ndarray) -> "_X3Block":
         mode = _compensated()
         p, nao, _ = block.shape
-        return cls(mode.split_operand(block, axis=1, moving=False),
-                   mode.split_operand(block.reshape(p, nao * nao), axis=0, moving=True), p, nao)
+        flat = block.reshape(p, nao * nao)
+        by_p = tuple(mode.split_operand(_pad_rows(flat[r0:r0 + J_X3_ROWS], J_X3_ROWS), axis=0, moving=True)
+                     for r0 in range(0, p, J_X3_ROWS))
+        return cls(mode.split_operand(block, axis=1, moving=False), by_p, p, nao)
 
     def arrays(self) -> tuple:
-        return (*self.by_mu, *self.by_p)
+        return (*self.by_mu, *(a for chunk in self.by_p for a in chunk))
 
 
 class SimDevice(NkiDevice):
