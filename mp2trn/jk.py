@@ -7,11 +7,14 @@ replaces the density-fitting object's ``get_jk`` so that every J/K build runs on
     K_μν = Σ_P Σ_i (B_P C)_μi (B_P C)_νi        C: occupied orbitals scaled by √occ (from the dm's tag),
     J_μν = Σ_P ρ_P B_P,μν,  ρ_P = Σ_μν B_P,μν D_μν     or the eigen-factors of a bare density matrix
 
-The tensor goes to the device once per SCF (blocked over the auxiliary index, kept there when it fits
-the memory budget, else streamed at every build from mp2trn's own tensor file or PySCF's). Mixed precision
-(:class:`PrecisionSchedule`): builds start in the reduced precision and switch to fp64 when the orbital
-gradient falls below a threshold or stops falling; the SCF is never declared converged before the switch,
-so the converged energy is that of fp64 builds. Every build's precision and time are recorded.
+The tensor goes to the device once per SCF (blocked over the auxiliary index, kept in device memory when
+the memory plan has room, :func:`mp2trn.memory.plan_scf_tensor`, else streamed at every build from
+mp2trn's own tensor file or PySCF's). Mixed precision (:class:`PrecisionSchedule`, :func:`device_schedule`):
+builds start in the reduced precision and switch to the final one — fp64, or fp32x3 on the NKI devices,
+whose builds then never leave the device — when the orbital gradient falls below a threshold or stops
+falling; the SCF is never declared converged before the switch, so the converged energy is that of
+final-precision builds. On the NKI devices the builds are difference-density ones. Every build's
+precision, kind and time are recorded.
 
     mf = scf.RHF(mol).density_fit()
     mp2trn.density_fit_jk(mf, device="cpu", precision="fp32").run()
