@@ -43,7 +43,7 @@ def test_device_products_equal_host_fp64_ones(system, device, precision, tol):
     the G[X] columns likewise."""
     mf, chans, host = system
     dev = get_device(device, precision)
-    on_device = cpks.ResponseJK(mf, chans, host.tensor, dev)
+    on_device = cpks.ResponseJK.build(mf, chans, 2000, dev)
     zs = _random_z(chans)
     moved = []
     for _ in range(2):
@@ -68,7 +68,7 @@ def test_torch_device_products_equal_host_ones(system):
     from mp2trn.devices.torch_backend import TorchDevice
 
     mf, chans, host = system
-    on_device = cpks.ResponseJK(mf, chans, host.tensor, TorchDevice("fp64", "cpu"))
+    on_device = cpks.ResponseJK.build(mf, chans, 2000, TorchDevice("fp64", "cpu"))
     zs = _random_z(chans)
     for a, b in zip(on_device.zvector(zs), host.zvector(zs)):
         assert np.max(np.abs(a - b)) < 1e-12

@@ -52,13 +52,12 @@ class ResponseJK:
         self.nao = mf.mol.nao_nr()
         self.naux = tensor.shape[0]
         self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
-        self.tensor = tensor         # (naux, nao(nao+1)/2) packed rows, or (naux, nao, nao) (the SCF's, unpacked)
         self.b_oo, self.b_ov, self.b_vv = [], [], []
         for ch in chans:
             o, v = len(ch.occ), ch.nvir
             c_o, c_v = ch.c[:, ch.occ], ch.c[:, ch.vir]
             oo, ov, vv = np.empty((self.naux, o, o)), np.empty((self.naux, o, v)), np.empty((self.naux, v, v))
-            for q0, b in self._chunks():
+            for q0, b in self._chunks(tensor):
                 q = len(b)
                 half = (b.reshape(-1, self.nao) @ ch.c).reshape(q, self.nao, -1)     # (Q, ν, p) = B_Q C
                 mo = np.matmul(ch.c.T, half)                                          # (Q, p, p) = Cᵀ B_Q C
@@ -118,9 +117,12 @@ class ResponseJK:
         tensor = cholesky_tensor(mf.mol, mf.with_df.auxmol, chunk_mb=chunk_mb, packed=True)
         return None if tensor is None else cls(mf, chans, tensor, device)
 
-    def _chunks(self):
+    def _chunks(self, tensor: np.ndarray):
+        """Unpacked row chunks of ``tensor``: (naux, nao(nao+1)/2) packed rows, or (naux, nao, nao) (the SCF's,
+        unpacked). Only the constructor reads the tensor: the products need the MO blocks alone, so a tensor
+        built for them is freed once they are made (its memory is then the products' temporaries')."""
         for q0 in range(0, self.naux, self.rows):
-            rows = self.tensor[q0 : q0 + self.rows]
+            rows = tensor[q0 : q0 + self.rows]
             yield q0, rows if rows.ndim == 3 else lib.unpack_tril(rows).reshape(len(rows), self.nao, self.nao)
 
     # -- the Z-vector's operator -----------------------------------------------------------------------
@@ -148,24 +150,28 @@ class ResponseJK:
         the device (stage ``zvector``); ρ_oo + ρ_ov and ρ_ov are traces of W's two halves, and ρ_vv = Σ_ab
         B^Q_ab X_ab is a host fp64 GEMV (no kept layout has Q free with (a, b) to contract)."""
         rho = np.zeros(self.naux)
-        halves = []
-        for ch, kept, vv, x in zip(self.chans, self._kept, self.b_vv, mats):
+        exchange = []
+        for ch, kept, ov, vv, x in zip(self.chans, self._kept, self.b_ov, self.b_vv, mats):
             o, occ, vir = len(ch.occ), ch.occ, ch.vir
-            # W[(Q, i), r] = Σ_s B^Q_si X_sr over occupied s and over virtual s
-            w_o = self._gemm(kept["oo_by_occ"], x[occ]).reshape(self.naux, o, -1)
-            w_v = self._gemm(kept["vo_by_vir"], x[vir]).reshape(self.naux, o, -1)
-            trace = lambda w: np.einsum("qii->q", w[:, :, occ])                 # noqa: E731
-            rho += ch.weight * (trace(w_o) + 2.0 * trace(w_v) + vv.reshape(self.naux, -1) @ x[np.ix_(vir, vir)].ravel())
-            halves.append((w_o + w_v).transpose(0, 2, 1))                         # (Q, r, i) = W^Q_ri
-        out = []
-        for ch, kept, ov, w in zip(self.chans, self._kept, self.b_ov, halves):
-            o, occ, vir = len(ch.occ), ch.occ, ch.vir
+            # W[(Q, i), r] = Σ_s B^Q_si X_sr over virtual and over occupied s; tr over r = i: ρ_ov, ρ_oo + ρ_ov
+            w = self._gemm(kept["vo_by_vir"], x[vir]).reshape(self.naux, o, -1)
+            rho_ov = np.einsum("qii->q", w[:, :, occ])
+            w += self._gemm(kept["oo_by_occ"], x[occ]).reshape(self.naux, o, -1)
+            rho += ch.weight * (np.einsum("qii->q", w[:, :, occ]) + rho_ov
+                                + vv.reshape(self.naux, -1) @ x[np.ix_(vir, vir)].ravel())
+            w = w.transpose(0, 2, 1)                                              # (Q, r, i) = W^Q_ri
             w_occ, w_vir = w[:, occ].reshape(-1, o), w[:, vir].reshape(-1, o)   # ((Q, j), i), ((Q, b), i)
+            del w
             vo_rows = self.device.response_operand(ov.transpose(0, 2, 1).reshape(-1, o))   # ((Q, b), j) = B^Q_bj
-            g = np.empty((ch.nmo, o))
-            g[vir] = (self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(o, -1).T
-                      - self._gemm(kept["vv_rows"], w_vir) - self._gemm(kept["ov_rows"], w_occ))
-            g[occ] = (self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
-                      - self._gemm(kept["oo_rows"], w_occ) - self._gemm(vo_rows, w_vir))
+            k = np.empty((ch.nmo, o))
+            k[vir] = self._gemm(kept["vv_rows"], w_vir) + self._gemm(kept["ov_rows"], w_occ)
+            k[occ] = self._gemm(kept["oo_rows"], w_occ) + self._gemm(vo_rows, w_vir)
+            exchange.append(k)
+        out = []
+        for ch, kept, k in zip(self.chans, self._kept, exchange):
+            o = len(ch.occ)
+            g = -k
+            g[ch.vir] += self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(o, -1).T
+            g[ch.occ] += self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
             out.append(g)
         return out
