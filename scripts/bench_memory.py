@@ -83,13 +83,13 @@ def streamed(r: dict) -> str:
     g = r.get("gradient_memory") or {}
     if g:
         if "HDF5" in g.get("Gamma", ""):
-            parts.append("Γ̄")
+            parts += (["B"] if "B" not in parts else []) + ["Γ̄"]
         if "pairs" in g.get("pair_sweep", ""):
             parts.append("B in block pairs")
         if g.get("response_jkfit_mo_blocks", "").startswith("not made"):
             parts.append("response: J/K builds")
         if "HDF5" in g.get("jkfit_half_transformed", ""):
-            parts.append("(P|iμ)")
+            parts.append("(P\\|iμ)")   # escaped for the Markdown table
     return ", ".join(parts) or "nothing"
 
 
