@@ -133,7 +133,7 @@ def main() -> None:
     text = table(records(args.records))
     print(text)
     if DOC.exists() and BEGIN in DOC.read_text():
-        replace_marked_block(DOC, BEGIN, END, text)
+        replace_marked_block(DOC, BEGIN, END, f"{BEGIN}\n{text}{END}")
 
 
 if __name__ == "__main__":
