@@ -359,19 +359,24 @@ def optimization_result(opt, options: RunOptions) -> dict[str, Any]:
                 "properties": {"return_energy": step.energy}, "return_result": step.gradient.ravel().tolist(),
                 "success": True, "extras": {"mp2trn": {"resumed": "read back from the trajectory"}}}
 
+    # the reference that ran (RHF/UHF/ROHF), read from a computed step: options.reference is None when chosen
+    # by the multiplicity
+    ran_reference = next((s.result.reference for s in opt.steps if s.result is not None), None)
     return {
         "schema_name": "qcschema_optimization_output",
         "schema_version": 1,
         "input_specification": {"driver": "gradient", "model": {"method": options.method, "basis": options.basis},
                                 "keywords": {"frozen": str(options.frozen), "auxbasis": options.auxbasis,
-                                             "jkbasis": options.jkbasis, "device": str(options.device_name)}},
+                                             "jkbasis": options.jkbasis, "device": str(options.device_name),
+                                             "reference": options.reference}},
         "initial_molecule": molecule(opt.steps[0]),
         "final_molecule": molecule(opt.final),
         "trajectory": [atomic(s) for s in opt.steps],
         "energies": [s.energy for s in opt.steps],
         "success": bool(opt.converged),
         "provenance": {"creator": "mp2trn", "version": __version__, "routine": "mp2trn.geomopt.optimize"},
-        "extras": {"mp2trn": {"message": opt.message, "scf_cycles": [s.scf_cycles for s in opt.steps],
+        "extras": {"mp2trn": {"message": opt.message, "reference": ran_reference,
+                              "scf_cycles": [s.scf_cycles for s in opt.steps],
                               "seconds": [s.seconds for s in opt.steps],
                               "max_gradient": [s.max_gradient for s in opt.steps],
                               "constraints": [{"line": c.line, "applied": text, "geometric": c.geometric_line()}

@@ -247,3 +247,27 @@ def test_out_of_core_and_generic_jk_gradient_equals_in_memory(monkeypatch):
     assert streamed.what_ran["gradient_out_of_core"] and "J/K builds" in streamed.what_ran["gradient_jk"]
     assert np.max(np.abs(streamed.gradient - in_memory.gradient)) < 1e-10
     assert np.max(np.abs(streamed.densities.dm_relaxed - in_memory.densities.dm_relaxed)) < 1e-10
+
+
+def test_cli_optimize_then_freq_with_rohf_say_which_reference_ran(tmp_path):
+    """`mp2trn optimize --reference rohf` then `mp2trn freq --reference rohf` on its geometry (hydroxyl,
+    6-31G): both JSON documents name ROHF, the optimisation's last energy is the ROHF-MBPT(2) energy at its
+    final geometry (not UMP2's there), and the frequency run finds that geometry stationary."""
+    final, opt_json, freq_json = tmp_path / "final.xyz", tmp_path / "opt.json", tmp_path / "freq.json"
+    common = ["--reference", "rohf", "--basis", "6-31g"]
+    res = CliRunner().invoke(app, ["optimize", str(molecule_path("hydroxyl")), *common, "--out", str(final),
+                                   "--json", str(opt_json)])
+    assert res.exit_code == 0, res.output
+    opt = json.loads(opt_json.read_text())
+    assert opt["success"] and opt["input_specification"]["keywords"]["reference"] == "rohf"
+    assert opt["extras"]["mp2trn"]["reference"] == "ROHF"
+    assert {step["extras"]["mp2trn"]["reference"] for step in opt["trajectory"]} == {"ROHF"}
+    rohf_at_final = mp2trn.run(final, basis="6-31g", reference="rohf").e_tot
+    uhf_at_final = mp2trn.run(final, basis="6-31g", reference="uhf").e_tot
+    assert abs(opt["energies"][-1] - rohf_at_final) < 1e-7 < abs(opt["energies"][-1] - uhf_at_final)
+    res = CliRunner().invoke(app, ["freq", str(final), *common, "--json", str(freq_json)])
+    assert res.exit_code == 0, res.output
+    assert "not a stationary point" not in res.output
+    freq = json.loads(freq_json.read_text())
+    assert freq["driver"] == "hessian" and freq["extras"]["mp2trn"]["reference"] == "ROHF"
+    assert abs(freq["properties"]["return_energy"] - rohf_at_final) < 1e-7
