@@ -103,3 +103,17 @@ def test_dma_latency_is_in_the_schedule_not_in_the_queues():
     per_queue = 128 // 16 * get_target("trn1").dma_descriptor_s   # one descriptor per partition, 8 per queue
     assert rep.engine_busy_s["dma"] == pytest.approx(2 * (nbytes / (16 * 17e9) + per_queue), rel=1e-6)
     assert rep.scheduled_time_s >= 2 * prm.dma_latency_s + prm.launch_overhead_s
+
+
+@pytest.mark.slow
+def test_the_trn1_descriptor_time_is_its_fit_and_the_other_trn1_matmuls_check_it():
+    """The fitted trn1 DMA descriptor time (targets.TRN1_DMA_DESCRIPTOR_S) is what the script's fit points
+    give today (within 2 %), and the two trn1 matmuls left out of the fit stay within 1.5x (minutes)."""
+    script = _script()
+    keys = set(script.DESCRIPTOR_FIT) | {"matmul-trn1-mm_block_free", "matmul-trn1-mm_blocked"}
+    points = [p for p in script.all_points() if p.key in keys]
+    script.run(points, None)
+    fitted = script.fit_descriptor_time(points)
+    assert fitted == pytest.approx(get_target("trn1").dma_descriptor_s, rel=0.02)
+    for p in points:
+        assert 1 / 1.5 <= p.result["own"]["seconds"] / p.published_s <= 1.5, p.key
