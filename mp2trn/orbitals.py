@@ -18,6 +18,7 @@ semicanonical first and frozen orbitals are then the lowest semicanonical ones o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -30,25 +31,66 @@ from .options import Frozen, parse_frozen
 
 @dataclass
 class SpinOrbitals:
-    """Active orbitals of one spin channel: coefficients (nao, n) and energies (Hartree).
+    """The orbitals of one spin channel, the one description the energy and the gradient share.
 
-    ``f_ov``: the channel's Fock matrix between its active occupied and virtual orbitals (nocc, nvir),
+    ``c`` (nao, nmo) every MO of the channel and ``e`` (nmo,) their energies (Hartree); index arrays into
+    those columns say where each kind sits: ``occ`` every occupied orbital, ``core`` the frozen occupied
+    ones, ``act`` the correlated occupied ones, ``vir`` the correlated virtual ones (frozen virtuals are in
+    none of them). ``weight``: the spins the channel stands for (2 for RHF's one channel, else 1).
+    ``f_ov``: the channel's Fock matrix between its active occupied and virtual orbitals (nact, nvir),
     Hartree — None where it vanishes (canonical RHF/UHF orbitals); set for semicanonical ROHF orbitals."""
 
     label: str  # "" (RHF), "alpha" or "beta"
-    c_occ: np.ndarray
-    c_vir: np.ndarray
-    e_occ: np.ndarray
-    e_vir: np.ndarray
+    weight: float
+    c: np.ndarray
+    e: np.ndarray
+    occ: np.ndarray
+    core: np.ndarray
+    act: np.ndarray
+    vir: np.ndarray
     f_ov: np.ndarray | None = None
+
+    @classmethod
+    def from_active(cls, label: str, c_occ: np.ndarray, c_vir: np.ndarray, e_occ: np.ndarray,
+                    e_vir: np.ndarray, f_ov: np.ndarray | None = None) -> SpinOrbitals:
+        """A channel of active orbitals only (no frozen ones): occupied columns first, then virtual."""
+        nocc, nvir = c_occ.shape[1], c_vir.shape[1]
+        act = np.arange(nocc)
+        return cls(label, 2.0 if label == "" else 1.0, np.hstack([c_occ, c_vir]), np.concatenate([e_occ, e_vir]),
+                   act, np.arange(0), act, np.arange(nocc, nocc + nvir), f_ov)
+
+    @cached_property
+    def c_occ(self) -> np.ndarray:
+        """(nao, nact) active occupied coefficients."""
+        return self.c[:, self.act]
+
+    @cached_property
+    def c_vir(self) -> np.ndarray:
+        """(nao, nvir) active virtual coefficients."""
+        return self.c[:, self.vir]
+
+    @property
+    def e_occ(self) -> np.ndarray:
+        return self.e[self.act]
+
+    @property
+    def e_vir(self) -> np.ndarray:
+        return self.e[self.vir]
+
+    @property
+    def nmo(self) -> int:
+        return self.c.shape[1]
 
     @property
     def nocc(self) -> int:
-        return self.c_occ.shape[1]
+        """Active (correlated) occupied orbitals."""
+        return len(self.act)
+
+    nact = nocc
 
     @property
     def nvir(self) -> int:
-        return self.c_vir.shape[1]
+        return len(self.vir)
 
 
 @dataclass(frozen=True)
@@ -195,19 +237,21 @@ def select_frozen(mf, frozen: Frozen) -> FrozenSelection:
 
 
 def spin_orbitals(mf, frozen: FrozenSelection) -> list[SpinOrbitals]:
-    """Active occupied/virtual coefficients and energies per spin channel (with the occupied–virtual Fock
-    block for semicanonical ROHF orbitals)."""
-    labels = ("alpha", "beta") if is_uhf(mf) else ("",)
+    """The spin channels of ``mf`` with ``frozen`` orbitals left out of the active sets (with the
+    occupied–virtual Fock block for semicanonical ROHF orbitals)."""
+    uhf = is_uhf(mf)
+    labels = ("alpha", "beta") if uhf else ("",)
     fock_ov = mf.fock_ov if isinstance(mf, Semicanonical) else (None, None)
     channels = zip(labels, _per_spin(mf, "mo_coeff"), _per_spin(mf, "mo_energy"), _per_spin(mf, "mo_occ"),
                    frozen.per_spin, fock_ov)
     out = []
     for label, c, e, occ, fz, f_ov in channels:
-        skip = set(fz)
-        io = [p for p in range(len(occ)) if occ[p] > 0 and p not in skip]
-        iv = [p for p in range(len(occ)) if occ[p] == 0 and p not in skip]
+        skip = set(int(i) for i in fz)
+        occupied = np.flatnonzero(occ > 0)
+        core = np.array([p for p in occupied if p in skip], dtype=int)
+        io = np.array([p for p in occupied if p not in skip], dtype=int)
+        iv = np.array([p for p in range(len(occ)) if occ[p] == 0 and p not in skip], dtype=int)
         if f_ov is not None:   # semicanonical channels hold their occupied orbitals first
-            nocc = int(np.count_nonzero(occ > 0))
-            f_ov = f_ov[np.ix_(io, [a - nocc for a in iv])]
-        out.append(SpinOrbitals(label, c[:, io], c[:, iv], e[io], e[iv], f_ov))
+            f_ov = f_ov[np.ix_(io, iv - len(occupied))]
+        out.append(SpinOrbitals(label, 1.0 if uhf else 2.0, c, e, occupied, core, io, iv, f_ov))
     return out

@@ -40,14 +40,14 @@ def test_kept_b_moves_between_memory_and_file_and_refuses_other_orbitals():
     from mp2trn.orbitals import SpinOrbitals
 
     rng = np.random.default_rng(7)
-    spin = SpinOrbitals("", rng.normal(size=(6, 3)), rng.normal(size=(6, 4)), np.zeros(3), np.zeros(4))
+    spin = SpinOrbitals.from_active("", rng.normal(size=(6, 3)), rng.normal(size=(6, 4)), np.zeros(3), np.zeros(4))
     dfi = DFIntegrals(None, None, "cc-pvdz-ri", np.eye(5))
     store = BStore(5, [spin], np.float64, incore=True)
     store.arrays[0][...] = rng.normal(size=(5, 12))
     expected = store.arrays[0].copy()
     with KeptB() as kept:
         kept.keep(dfi, [spin], store)
-        other = SpinOrbitals("", spin.c_occ + 1e-15, spin.c_vir, spin.e_occ, spin.e_vir)
+        other = SpinOrbitals.from_active("", spin.c_occ + 1e-15, spin.c_vir, spin.e_occ, spin.e_vir)
         assert not kept.matches("cc-pvdz-ri", [other], np.float64)
         assert not kept.matches("def2-svp-ri", [spin], np.float64)
         assert not kept.matches("cc-pvdz-ri", [spin], np.float32)

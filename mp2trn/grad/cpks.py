@@ -37,7 +37,7 @@ from pyscf import lib
 from ..devices import Device
 from ..devices.cpu import CpuDevice
 from ..df import cholesky_tensor
-from .orbitals import Channel
+from ..orbitals import SpinOrbitals
 
 #: tensor rows unpacked at a time (bytes of the unpacked chunk)
 _CHUNK_BYTES = 64e6
@@ -46,7 +46,7 @@ _CHUNK_BYTES = 64e6
 class ResponseJK:
     """G^σ = J[X^α + X^β] − K[X^σ] products (an RHF channel: J[2X] − K[X]) on occupied columns."""
 
-    def __init__(self, mf, chans: list[Channel], tensor: np.ndarray, device: Device | None = None):
+    def __init__(self, mf, chans: list[SpinOrbitals], tensor: np.ndarray, device: Device | None = None):
         self.chans = chans
         self.device = device or CpuDevice()   # None: the host's fp64 GEMMs
         self.nao = mf.mol.nao_nr()
@@ -110,7 +110,7 @@ class ResponseJK:
         return np.concatenate(out)
 
     @classmethod
-    def build(cls, mf, chans: list[Channel], chunk_mb: float = 256.0, device: Device | None = None) -> ResponseJK | None:
+    def build(cls, mf, chans: list[SpinOrbitals], chunk_mb: float = 256.0, device: Device | None = None) -> ResponseJK | None:
         """The products from a tensor built here (its integrals solved in row chunks of ``chunk_mb`` MB), or
         None when the metric is not positive definite (then generic J/K builds). Whether the tensor and the MO
         blocks fit the budget is the gradient's memory plan's call (:func:`mp2trn.memory.plan_gradient`)."""

@@ -26,7 +26,7 @@ from ..df import build_df, largest_shell, quiet_pyscf
 from ..errors import InputError, ResourceError
 from ..memory import ChannelShape, GradientPlan, GradientSizes, plan_gradient
 from ..options import LINDEP_GRADIENT, Frozen
-from ..orbitals import is_uhf, reference_orbitals, select_frozen, spin_orbitals
+from ..orbitals import SpinOrbitals, is_uhf, reference_orbitals, select_frozen
 from ..parallel import Comm
 from ..progress import Progress
 from ..scf import check_converged
@@ -34,7 +34,7 @@ from ..threads import one_blas_pool
 from ..transform import BStore, KeptB, build_b, scratch_writes
 from . import densities, ri, rohf
 from .jk_terms import two_electron_gradient
-from .orbitals import Channel, channels
+from .orbitals import channels
 from .properties import spin_summed
 from .cpks import ResponseJK
 from .response import Products, Response, relax, unrelaxed
@@ -107,7 +107,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     orbs = reference_orbitals(mf)     # ROHF: semicanonical orbitals per spin (stage 3 is then .rohf's)
     frozen_sel = select_frozen(orbs, frozen)
     chans = channels(orbs, frozen_sel)
-    spins = spin_orbitals(orbs, frozen_sel)
+    spins = chans     # the energy's spin channels, checked for what the gradient differentiates
     reuse_b = kept_b is not None and comm.size == 1 and kept_b.matches(auxbasis, spins, device.storage_dtype)
     dfi = kept_b.dfi if reuse_b else build_df(mol, auxbasis)
     plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
@@ -184,7 +184,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                           _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed, dm_hf), resp.iterations, timings, what_ran)
 
 
-def channel_shape(ch: Channel) -> ChannelShape:
+def channel_shape(ch: SpinOrbitals) -> ChannelShape:
     """The orbital counts of a channel, for the memory plan."""
     return ChannelShape(len(ch.occ), ch.nact, ch.nvir)
 
@@ -224,7 +224,7 @@ def scf_tensor(mf) -> np.ndarray | None:
     return None
 
 
-def _response_products(mf, chans: list[Channel], plan, reuse: bool, device: Device) -> tuple[Any, str]:
+def _response_products(mf, chans: list[SpinOrbitals], plan, reuse: bool, device: Device) -> tuple[Any, str]:
     """The response's Coulomb/exchange products and where their JK-fit tensor came from (what-ran): the MO
     blocks of the SCF's own tensor when the plan has room for them (``reuse``: that tensor as the SCF holds
     it; else one built here), or the SCF's J/K builds."""
@@ -268,7 +268,7 @@ class Gradients:
     grad = kernel
 
 
-def _ao(chans: list[Channel], mats: list[np.ndarray], dm_hf: np.ndarray) -> np.ndarray:
+def _ao(chans: list[SpinOrbitals], mats: list[np.ndarray], dm_hf: np.ndarray) -> np.ndarray:
     """SCF density plus the MO-basis corrections, in the SCF density's shape (spin-summed for RHF)."""
     corr = [ch.weight * ch.c @ m @ ch.c.T for ch, m in zip(chans, mats)]
     return dm_hf + (corr[0] if len(corr) == 1 else np.array(corr))
@@ -290,7 +290,7 @@ def _jk_where(mf) -> str:
     return f"device {mf.with_df.device.name}" if isinstance(mf.with_df, DeviceJK) else "pyscf (host, fp64)"
 
 
-def _derivative_terms(mf, chans: list[Channel], p_mo: list[np.ndarray], w_mo: list[np.ndarray],
+def _derivative_terms(mf, chans: list[SpinOrbitals], p_mo: list[np.ndarray], w_mo: list[np.ndarray],
                       aux_block: int, comm: Comm | None = None, columns: int | None = None,
                       half_incore: bool = True) -> dict[str, np.ndarray]:
     """Every term through the SCF's integrals, for the SCF density plus the MP2 correction ``p_mo`` and

@@ -25,11 +25,11 @@ from ..memory import SpinShape
 from ..parallel import Comm
 from ..scratch import check_stopped
 from ..transform import BStore, scratch_writes
-from .orbitals import Channel
+from ..orbitals import SpinOrbitals
 from .ri import _per_atom, contract_3c_derivatives, metric_gradient
 
 
-def two_electron_gradient(mf, chans: list[Channel], p_spin: list[np.ndarray], aux_block: int,
+def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,
                           comm: Comm | None = None, columns: int | None = None,
                           half_incore: bool = True) -> np.ndarray:
     """(natm, 3) Eh/bohr: the derivative of ½D·J[D] − ½Σ_σ D^σ·K[D^σ] + Σ_σ P^σ·G^σ[D] through the JK-fit

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConvergenceError
-from .orbitals import Channel
+from ..orbitals import SpinOrbitals
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Response:
     residual: float
 
 
-def fock_response(mf, chans: list[Channel], mats: list[np.ndarray]) -> list[np.ndarray]:
+def fock_response(mf, chans: list[SpinOrbitals], mats: list[np.ndarray]) -> list[np.ndarray]:
     """G^σ[X] in each channel's MO basis for symmetric MO-basis matrices X^σ (one J/K build)."""
     ao = [ch.c @ x @ ch.c.T for ch, x in zip(chans, mats)]
     if len(ao) == 1:
@@ -50,7 +50,7 @@ def fock_response(mf, chans: list[Channel], mats: list[np.ndarray]) -> list[np.n
     return [ch.c.T @ gg @ ch.c for ch, gg in zip(chans, g)]
 
 
-def unrelaxed(chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
+def unrelaxed(chans: list[SpinOrbitals], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
               x: list[np.ndarray] | None = None) -> list[np.ndarray]:
     """P per channel (nmo, nmo): the active-occupied and virtual blocks, and the core–active block from
     the Lagrangian ``x`` (None: the amplitude blocks alone, the unrelaxed density's correction)."""
@@ -76,7 +76,7 @@ ZVECTOR_TOL = 1e-8
 ZVECTOR_TOLS = {"fp32": 1e-7}
 
 
-def solve_zvector(products: Products, chans: list[Channel], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
+def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
                   max_iter: int = 100) -> tuple[list[np.ndarray], int, float]:
     """z per channel (nvir, nocc) from (ε_a − ε_k) z + G[Z + Zᵀ]_vo = −L by preconditioned conjugate
     gradients (the orbital Hessian of a stable SCF is positive definite), from z = 0: exactly one G product
@@ -131,7 +131,7 @@ class Products:
     Z-vector's (virtual, occupied) block of G[Z + Zᵀ]. This one runs generic J/K builds (``mf.get_jk``: the
     SCF's, on its device); :class:`mp2trn.grad.cpks.ResponseJK` does the same through occupied factors."""
 
-    def __init__(self, mf, chans: list[Channel]):
+    def __init__(self, mf, chans: list[SpinOrbitals]):
         self.mf, self.chans = mf, chans
         self.products = 0
 
@@ -156,7 +156,7 @@ class Products:
         return [g[np.ix_(ch.vir, ch.occ)] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]
 
 
-def relax(products: Products, chans: list[Channel], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
+def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
           x: list[np.ndarray], tol: float | None = None) -> Response:
     """The relaxed density and the energy-weighted density from the unrelaxed blocks and the Lagrangian;
     ``products``: :class:`Products` or :class:`mp2trn.grad.cpks.ResponseJK`; ``tol``: the Z-vector's

@@ -26,7 +26,7 @@ from ..devices.cpu import CpuDevice
 from ..df import DFIntegrals, _shell_ranges
 from ..scratch import check_stopped
 from ..transform import BStore
-from .orbitals import Channel
+from ..orbitals import SpinOrbitals
 
 
 @dataclass
@@ -96,7 +96,7 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, g_ao: np.ndarray, per_a
         per_aux[:, x] += np.einsum("pr,pr->p", ip[x].reshape(p, -1), rows_aux)
 
 
-def ri_pass(dfi: DFIntegrals, channels: list[Channel], gamma: BStore, aux_block: int,
+def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_block: int,
             derivatives: bool = True, device: Device | None = None) -> tuple[list[np.ndarray], np.ndarray | None]:
     """One pass over the fitting basis: the Lagrangian X per channel and Σ Γ^P_μν (μν|P)^R (natm, 3)
     (None without ``derivatives``: a relaxed density needs only X).

@@ -42,7 +42,6 @@ import scipy.sparse.linalg
 
 from ..errors import ConvergenceError
 from ..orbitals import Semicanonical, SpinOrbitals
-from .orbitals import Channel
 from .response import ZVECTOR_TOL, Products, Response
 
 
@@ -60,7 +59,7 @@ class RohfSpace:
     rotations: np.ndarray
 
     @classmethod
-    def build(cls, orbs: Semicanonical, chans: list[Channel]) -> RohfSpace:
+    def build(cls, orbs: Semicanonical, chans: list[SpinOrbitals]) -> RohfSpace:
         mf = orbs.mf
         c, occ = np.asarray(mf.mo_coeff), np.asarray(mf.mo_occ)
         s = mf.mol.intor_symmetric("int1e_ovlp")
@@ -89,7 +88,7 @@ class RohfSpace:
         return [u.T @ (big * n[None, :] - n[:, None] * big) @ u for u, n in zip(self.u, self.occ)]
 
 
-def energy_densities(chans: list[Channel], spins: list[SpinOrbitals], p_occ: list[np.ndarray],
+def energy_densities(chans: list[SpinOrbitals], spins: list[SpinOrbitals], p_occ: list[np.ndarray],
                      p_vir: list[np.ndarray]) -> list[np.ndarray]:
     """D2 per channel (nmo, nmo), semicanonical basis: the doubles' P_ij, P_ab and the singles' blocks."""
     out = []
@@ -104,7 +103,7 @@ def energy_densities(chans: list[Channel], spins: list[SpinOrbitals], p_occ: lis
     return out
 
 
-def add_frozen_core(chans: list[Channel], fock: list[np.ndarray], x: list[np.ndarray],
+def add_frozen_core(chans: list[SpinOrbitals], fock: list[np.ndarray], x: list[np.ndarray],
                     d2: list[np.ndarray]) -> list[np.ndarray]:
     """D2 with the core–active block that keeps F^σ_Ij = 0 (the frozen split of the semicanonical orbitals)."""
     out = []
@@ -120,7 +119,7 @@ def add_frozen_core(chans: list[Channel], fock: list[np.ndarray], x: list[np.nda
     return out
 
 
-def orbital_derivative(products: Products, chans: list[Channel], fock: list[np.ndarray], x: list[np.ndarray],
+def orbital_derivative(products: Products, chans: list[SpinOrbitals], fock: list[np.ndarray], x: list[np.ndarray],
                        dens: list[np.ndarray]) -> list[np.ndarray]:
     """Y^σ = X^σ + 2 F^σ D^σ + 2 G^σ[D] n^σ per spin in its semicanonical basis, for densities ``dens``."""
     g = products.occupied_columns(dens)
@@ -132,7 +131,7 @@ def orbital_derivative(products: Products, chans: list[Channel], fock: list[np.n
     return out
 
 
-def hessian_product(products: Products, chans: list[Channel], space: RohfSpace, z: np.ndarray) -> np.ndarray:
+def hessian_product(products: Products, chans: list[SpinOrbitals], space: RohfSpace, z: np.ndarray) -> np.ndarray:
     """H z over the ROHF rotations (one Z-vector product of the SCF's J/K: the spins' (virtual, occupied) blocks)."""
     q = space.spin_densities(z)
     g_vo = products.zvector([qq[np.ix_(ch.vir, ch.occ)] for ch, qq in zip(chans, q)])
@@ -153,7 +152,7 @@ def hessian_diagonal(space: RohfSpace) -> np.ndarray:
     return diag[space.rotations]
 
 
-def solve_zvector(products: Products, chans: list[Channel], space: RohfSpace, lag: np.ndarray,
+def solve_zvector(products: Products, chans: list[SpinOrbitals], space: RohfSpace, lag: np.ndarray,
                   tol: float = ZVECTOR_TOL, max_iter: int = 100) -> tuple[np.ndarray, int, float]:
     """z from H z = −L by SciPy's preconditioned conjugate gradients (the Hessian of a stable ROHF is
     positive definite); stops at ‖r‖ < tol·‖L‖ and raises ConvergenceError after ``max_iter`` iterations."""
@@ -181,7 +180,7 @@ def solve_zvector(products: Products, chans: list[Channel], space: RohfSpace, la
     return z, count[0], residual
 
 
-def relax(products: Products, orbs: Semicanonical, chans: list[Channel], spins: list[SpinOrbitals],
+def relax(products: Products, orbs: Semicanonical, chans: list[SpinOrbitals], spins: list[SpinOrbitals],
           p_occ: list[np.ndarray], p_vir: list[np.ndarray], x: list[np.ndarray],
           tol: float = ZVECTOR_TOL) -> Response:
     """The relaxed and energy-weighted MP2 densities per spin (semicanonical bases) of ROHF-MBPT(2).
