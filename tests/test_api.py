@@ -70,7 +70,7 @@ def test_result_properties_are_consistent(water_result):
     assert r.sizes["nocc"] == 5 and r.sizes["naux"] == 84
 
 
-def test_dfmp2_requires_converged_scf_and_takes_rohf_energies_only():
+def test_dfmp2_requires_converged_scf_and_takes_rohf():
     from pyscf import scf
 
     mol = gto.M(atom="O 0 0 0; H 0 0 0.97", basis="cc-pvdz", spin=1, verbose=0)
@@ -80,9 +80,9 @@ def test_dfmp2_requires_converged_scf_and_takes_rohf_energies_only():
     with pytest.raises(mp2trn.ConvergenceError):
         mp2trn.DFMP2(mf).run()
     rohf = scf.ROHF(mol).run()
-    pt = mp2trn.DFMP2(rohf).run()   # ROHF-MBPT(2) (tests/test_rohf.py); its gradient is refused
+    pt = mp2trn.DFMP2(rohf).run()   # ROHF-MBPT(2) (tests/test_rohf.py, gradients in test_rohf_gradient.py)
     assert pt.result.reference == "ROHF" and pt.e_singles < 0
-    with pytest.raises(InputError, match="ROHF"):
+    with pytest.raises(InputError, match="density-fitted SCF"):   # this ROHF has exact integrals
         pt.nuc_grad_method().kernel()
 
 

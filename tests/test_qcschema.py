@@ -102,7 +102,7 @@ def test_scs_mp2_hf_and_keywords():
     ({"basis": "no-such-basis"}, "input_error", "basis 'no-such-basis' is not available"),
     ({"keywords": {"frozen_core": "auto", "colour": "blue"}}, "input_error", "unknown keyword(s) colour"),
     ({"keywords": {"max_cycle": 2}}, "convergence_error", "SCF did not converge in 2 cycles"),
-    ({"driver": "hessian"}, "input_error", "driver 'hessian' is not available"),
+    ({"driver": "hessian", "method": "hf"}, "input_error", "driver 'hessian' needs the analytic MP2 gradient"),
     ({"driver": "gradient", "method": "hf"}, "input_error", "driver 'gradient' needs the analytic MP2 gradient"),
 ])
 def test_failures_are_failed_operations_with_the_cli_message(spec, error_type, message):
