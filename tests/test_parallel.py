@@ -91,7 +91,9 @@ def test_sim_device_runs_per_rank_through_the_emulator(two_rank_results, name):
     for record in two_rank_results[name]:
         assert record["scf"]["jk"] == "device sim"
         # fp32 kernels: the ranks sum in another order and block the pairs differently than one rank does
-        assert abs(record["e_hf"] - ref.e_hf) <= 1e-9        # the SCF ends in fp64 builds
+        # the SCF ends in compensated fp32x3 builds on the device (issue 33), whose sums the ranks split
+        # differently: the documented bound of a sim SCF against fp64 (1e-8 Eh) holds between the splits
+        assert abs(record["e_hf"] - ref.e_hf) <= 1e-8
         assert abs(record["e_corr_os"] + record["e_corr_ss"] - ref.e_corr) <= 2e-7
         parallel = record["parallel"]
         assert parallel["backend"].startswith("nki collectives (emulator)")
