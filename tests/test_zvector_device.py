@@ -119,3 +119,30 @@ def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     host_run = mp2trn.run(gto.M(atom=WATER, basis="cc-pvdz", verbose=0), **kw)
     assert host_run.what_ran["zvector"]["device"] == "cpu"
     assert np.max(np.abs(device_run.gradient - host_run.gradient)) < 1e-6
+
+
+def test_device_zvector_that_stalls_is_solved_again_on_the_host_and_recorded(system, monkeypatch):
+    """When the device's products do not converge (a near-singular Hessian: sim fp32x3 hydroxyl at --conv-tol
+    1e-10), relax solves again with the host's fp64 GEMMs of the same blocks, warns, and records why."""
+    from mp2trn.errors import ConvergenceError
+    from mp2trn.grad import response
+
+    mf, chans, host = system
+    on_device = cpks.ResponseJK.build(mf, chans, 2000, get_device("sim", "fp32"))
+    solve = response.solve_zvector
+
+    def stalls_on_sim(products, *args, **kwargs):
+        if products.describe()["device"] == "sim":
+            raise ConvergenceError("stalled")
+        return solve(products, *args, **kwargs)
+
+    monkeypatch.setattr(response, "solve_zvector", stalls_on_sim)
+    rng = np.random.default_rng(4)
+    sym = lambda n: (lambda m: (m + m.T) / 10)(rng.normal(size=(n, n)))   # noqa: E731
+    p_occ, p_vir, x = [sym(c.nact) for c in chans], [sym(c.nvir) for c in chans], [sym(c.nmo) for c in chans]
+    with pytest.warns(UserWarning, match="solved again with host fp64 products"):
+        got = response.relax(on_device, chans, p_occ, p_vir, x)
+    want = response.relax(host, chans, p_occ, p_vir, x)
+    assert "fp32 products on sim did not converge" in got.fallback and want.fallback is None
+    for a, b in zip(got.p_relaxed, want.p_relaxed):
+        assert np.max(np.abs(a - b)) < 1e-5 * np.max(np.abs(b))

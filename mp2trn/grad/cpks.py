@@ -31,6 +31,8 @@ GEMMs of the same blocks (:meth:`ResponseJK.occupied_columns`, two per gradient)
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 from pyscf import lib
 
@@ -87,6 +89,15 @@ class ResponseJK:
     def _gemm(self, a_t, b: np.ndarray) -> np.ndarray:
         self.launches += 1
         return self.device.response_gemm(a_t, np.ascontiguousarray(b), "zvector")
+
+    def on_host(self) -> ResponseJK | None:
+        """The same products through the host's fp64 GEMMs (the MO blocks shared), or None when these are."""
+        if self.device.response_precision == "fp64" and isinstance(self.device, CpuDevice):
+            return None
+        host = copy.copy(self)
+        host.device = CpuDevice()
+        host._kept = [host._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
+        return host
 
     @property
     def precision(self) -> str:

@@ -155,7 +155,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian) if orbs is mf else \
         rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
     fast = isinstance(products, ResponseJK)
-    zvector = {**products.describe(), "iterations": resp.iterations, "residual": resp.residual}
+    zvector = {**products.describe(), "iterations": resp.iterations, "residual": resp.residual,
+               **({"fallback": resp.fallback} if resp.fallback else {})}
     del products
     release_scf_tensor(mf)      # the J/K builds' tensor is not needed past the response
     timings["gradient_response"] = time.perf_counter() - t0

@@ -18,6 +18,7 @@ checked against finite differences of mp2trn's energies in tests/test_gradient.p
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,7 @@ class Response:
     w: list[np.ndarray]
     iterations: int
     residual: float
+    fallback: str | None = None     #: why the Z-vector was solved again with host fp64 products (None: it was not)
 
 
 def fock_response(mf, chans: list[SpinOrbitals], mats: list[np.ndarray]) -> list[np.ndarray]:
@@ -139,6 +141,10 @@ class Products:
         """No orbital Hessian diagonal without the MO blocks: the solver preconditions with ε_a − ε_k."""
         return None
 
+    def on_host(self) -> None:
+        """No host fp64 version to fall back to: these are the SCF's own J/K builds."""
+        return None
+
     def describe(self) -> dict:
         """Where the Z-vector's products ran (what-ran)."""
         return {"device": "the SCF's J/K builds", "products": self.products}
@@ -167,7 +173,20 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
     g = products.occupied_columns(p)             # (nmo, nocc) per channel
     lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
            for ch, xx, gg in zip(chans, x, g)]
-    zs, iterations, residual = solve_zvector(products, chans, lag, tol)
+    fallback = None
+    try:
+        zs, iterations, residual = solve_zvector(products, chans, lag, tol)
+    except ConvergenceError as err:
+        # reduced-precision products near an unstable SCF (sim fp32x3 hydroxyl at --conv-tol 1e-10: a
+        # near-singular orbital Hessian, 20 host fp64 products) can stall; the host's fp64 GEMMs of the same
+        # blocks then solve it, and what-ran and a warning say so
+        host = products.on_host()
+        if host is None:
+            raise
+        fallback = (f"the {products.describe().get('precision')} products on {products.describe().get('device')} "
+                    f"did not converge ({err}); solved again with host fp64 products")
+        warnings.warn(fallback, stacklevel=2)
+        zs, iterations, residual = solve_zvector(host, chans, lag, ZVECTOR_TOL)
     p_rel = []
     for ch, pp, z in zip(chans, p, zs):
         q = pp.copy()
@@ -188,4 +207,4 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
         w = 0.5 * (w + w.T)
         w[np.ix_(ch.occ, ch.occ)] += gg[ch.occ]
         ws.append(w)
-    return Response(p_rel, p, ws, iterations, residual)
+    return Response(p_rel, p, ws, iterations, residual, fallback)
