@@ -115,7 +115,8 @@ def test_neuron_device_over_ranks_with_a_stand_in_runtime(tmp_path):
         got = json.loads((tmp_path / f"neuron.rank{r}.json").read_text())
         assert got["backend"].startswith("nki collectives (real)")
         assert {"all_to_all_words", "shift_words", "gather_words"} <= set(got["kernels"])
-        assert abs(got["e_hf"] - ref.e_hf) <= 1e-9 and abs(got["e_corr"] - ref.e_corr) <= 2e-7
+        # the SCF ends in fp32x3 device builds split over the ranks: the sim SCF's 1e-8 Eh bound
+        assert abs(got["e_hf"] - ref.e_hf) <= 1e-8 and abs(got["e_corr"] - ref.e_corr) <= 2e-7
 
 
 @pytest.mark.parametrize("name", ["water_rhf", "hydroxyl_uhf_small_blocks"])
