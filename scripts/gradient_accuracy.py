@@ -94,20 +94,10 @@ def fd_section() -> None:
              ("HI def2-SVP (ECP)", "I 0 0 0; H 0 0.1 1.65", 0, {"basis": "def2-svp", "ecp": "def2-svp"}, {"frozen": "auto"})]
     lines = ["| case | max \\|analytic − 5-point FD\\| (Eh/bohr) | max \\|g\\| | \\|Σ_A g_A\\| |", "|---|---|---|---|"]
     figures = {}
-    h = 1e-3
     for label, atom, spin, molkw, kw in cases:
         mol = gto.M(atom=atom, spin=spin, verbose=0, **{"basis": "cc-pvdz", **molkw})
         g = _run(mol, True, **kw).gradient
-        coords = mol.atom_coords()
-        fd = np.zeros_like(coords)
-        for a in range(mol.natm):
-            for x in range(3):
-                e = {}
-                for k in (-2, -1, 1, 2):
-                    c = coords.copy()
-                    c[a, x] += k * h
-                    e[k] = _run(mol.set_geom_(c, unit="Bohr", inplace=False), **kw).e_tot
-                fd[a, x] = (e[-2] - 8 * e[-1] + 8 * e[1] - e[2]) / (12 * h)
+        fd = _five_point(mol, **kw)
         figures[label] = {"max_fd_error": np.abs(g - fd).max(), "max_gradient": np.abs(g).max(),
                           "net_force": np.abs(g.sum(0)).max()}
         lines.append(f"| {label} | {np.abs(g - fd).max():.1e} | {np.abs(g).max():.3f} | {np.abs(g.sum(0)).max():.0e} |")
