@@ -239,7 +239,9 @@ def test_out_of_core_gradient_equals_in_memory(atom, spin, monkeypatch):
     assert result.what_ran["gradient_out_of_core"] and "pairs of 1-orbital" in memory["pair_sweep"]
     assert "HDF5" in memory["jkfit_half_transformed"] and "J/K builds" in result.what_ran["gradient_jk"]
     assert np.max(np.abs(result.gradient - in_memory.gradient)) < 1e-10
-    assert np.max(np.abs(result.densities.dm_relaxed - in_memory.densities.dm_relaxed)) < 1e-10
+    # the relaxed density carries the Z-vector, solved to the solver's residual by J/K builds here and by
+    # the MO blocks in memory: the two solutions agree to the solve's tolerance, not to rounding
+    assert np.max(np.abs(result.densities.dm_relaxed - in_memory.densities.dm_relaxed)) < 1e-9
 
 
 @pytest.mark.parametrize("atom, spin", [(WATER, 0), (HYDROXYL, 1)], ids=["rhf", "uhf"])

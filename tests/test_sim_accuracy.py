@@ -47,7 +47,9 @@ def _check_cli(tmp_path, name, basis, ref, extra=()):
     doc = json.loads(out.read_text())
     props, extras = doc["properties"], doc["extras"]["mp2trn"]
     assert abs(props["mp2_correlation_energy"] - ref.e_corr) <= TOL["fp32"]
-    assert abs(props["scf_total_energy"] - ref.e_hf) <= 1e-9
+    # the SCF's last builds are compensated fp32x3 on the device, not host fp64 (issue 33): its documented
+    # bound against the fp64 SCF is 1e-8 Eh (docs/precision.md, scripts/scf_schedule_errors.py)
+    assert abs(props["scf_total_energy"] - ref.e_hf) <= 1e-8
     cost = extras["cost"]
     assert cost["kind"] == "model" and set(cost["total"]) == {"trn1", "trn2"}
     assert cost["total"]["trn1"]["modeled_time_s"] > 0 and cost["total"]["trn2"]["modeled_time_s"] > 0
