@@ -263,6 +263,7 @@ def test_qcengine_keywords_ecp_and_method():
 
 
 # -- the heavy-element validation set -------------------------------------------------------------------
+@pytest.mark.slow   # ~2 min on 2 cores; the fitting/frozen-core choices on these molecules: tests/test_oracle.py
 def test_heavy_set_end_to_end_against_pyscf(tmp_path):
     """Every entry of `mp2trn validate --set heavy` (ECP molecules, a UHF radical, ghost iodine) agrees with
     PySCF's own DF-SCF and DF-MP2 on the same bases and ECPs to 1e-9 Eh, and the command writes its table."""

@@ -16,7 +16,8 @@ from .conftest import molecule_path
 
 @pytest.mark.parametrize("name,basis,memory", [
     ("water", "cc-pvdz", None), ("hydroxyl", "cc-pvdz", None), ("benzene", "cc-pvdz", None),
-    ("benzene", "cc-pvtz", 300),          # several aux and occupied blocks: padded to one size each
+    # several aux and occupied blocks: padded to one size each (slow: its SCF's J/K builds are emulated too)
+    pytest.param("benzene", "cc-pvtz", 300, marks=pytest.mark.slow),
 ])
 def test_signatures_stay_within_the_bound(name, basis, memory):
     res = mp2trn.run(molecule_path(name), basis=basis, device="sim", max_memory=memory)
