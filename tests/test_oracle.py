@@ -54,7 +54,7 @@ def test_oracle_runs_with_mp2trns_choosers_broken(monkeypatch, water_rhf):
     for target in ("mp2trn.basis.default_fitting", "mp2trn.basis.fitting_basis", "mp2trn.orbitals.select_frozen",
                    "mp2trn.orbitals.auto_frozen_count"):
         monkeypatch.setattr(target, broken)
-    assert pyscf_reference(water_rhf, options).e_corr == before
+    assert abs(pyscf_reference(water_rhf, options).e_corr - before) <= 1e-12   # BLAS sums may differ in the last bit
 
 
 def _mol(path: str, basis: str):
