@@ -59,3 +59,17 @@ def water_mol() -> gto.Mole:
     from mp2trn.molecule import build_mole
 
     return build_mole(molecule_path("water"), basis="cc-pvdz")
+
+
+def df_scf_in_field(scf_class, mol: gto.Mole, jkfit: str, field=None, conv_tol_grad: float = 1e-9):
+    """A tightly converged density-fitted PySCF SCF (``scf_class``: scf.RHF, scf.ROHF, …) with the JK-fit set
+    ``jkfit``, in the uniform electric field ``field`` (au; h + F·r) when one is given."""
+    import numpy as np
+
+    mf = scf_class(mol).density_fit(auxbasis=jkfit)
+    if field is not None:
+        h = mf.get_hcore() + np.einsum("x,xij->ij", field, mol.intor("int1e_r"))
+        mf.get_hcore = lambda *args: h
+    mf.conv_tol = 1e-12
+    mf.conv_tol_grad = conv_tol_grad
+    return mf.run()

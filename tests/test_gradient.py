@@ -19,6 +19,8 @@ import mp2trn
 from mp2trn.cli import app
 from mp2trn.errors import InputError
 
+from .conftest import df_scf_in_field
+
 TIGHT = {"conv_tol": 1e-12}
 WATER = "O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45"      # distorted: every component non-zero
 HYDROXYL = "O 0 0 0; H 0.1 0 1.05"
@@ -96,13 +98,7 @@ def test_gradient_rotates_with_the_molecule():
 
 
 def _df_rhf(mol: gto.Mole, field=None) -> scf.hf.RHF:
-    mf = scf.RHF(mol).density_fit(auxbasis="cc-pvdz-jkfit")
-    if field is not None:
-        h = mf.get_hcore() + np.einsum("x,xij->ij", field, mol.intor("int1e_r"))
-        mf.get_hcore = lambda *args: h
-    mf.conv_tol = 1e-12
-    mf.conv_tol_grad = 1e-9
-    return mf.run()
+    return df_scf_in_field(scf.RHF, mol, "cc-pvdz-jkfit", field)
 
 
 def test_relaxed_dipole_is_the_field_derivative_of_the_energy():

@@ -26,7 +26,7 @@ from mp2trn.grad.orbitals import channels
 from mp2trn.grad.response import Products
 from mp2trn.orbitals import select_frozen, semicanonical
 
-from .conftest import molecule_path
+from .conftest import df_scf_in_field, molecule_path
 
 TIGHT = {"conv_tol": 1e-12, "reference": "rohf"}
 HYDROXYL = "O 0 0 0; H 0.1 0 1.05"
@@ -103,20 +103,11 @@ def test_closed_shell_rohf_gradient_is_the_rhf_gradient():
 
 
 def _df_rhf(mol: gto.Mole) -> scf.hf.RHF:
-    mf = scf.RHF(mol).density_fit(auxbasis="def2-universal-jkfit")
-    mf.conv_tol = 1e-12
-    mf.conv_tol_grad = 1e-10
-    return mf.run()
+    return df_scf_in_field(scf.RHF, mol, "def2-universal-jkfit", conv_tol_grad=1e-10)
 
 
 def _df_rohf(mol: gto.Mole, field=None) -> scf.rohf.ROHF:
-    mf = scf.ROHF(mol).density_fit(auxbasis="def2-universal-jkfit")
-    if field is not None:
-        h = mf.get_hcore() + np.einsum("x,xij->ij", field, mol.intor("int1e_r"))
-        mf.get_hcore = lambda *args: h
-    mf.conv_tol = 1e-12
-    mf.conv_tol_grad = 1e-9
-    return mf.run()
+    return df_scf_in_field(scf.ROHF, mol, "def2-universal-jkfit", field)
 
 
 def test_relaxed_dipole_is_the_field_derivative_of_the_energy():
