@@ -89,6 +89,23 @@ class _nothing:
         return False
 
 
+def test_overlap_follows_the_device_and_the_benchmark_switch(monkeypatch):
+    """Blocks are made ahead only for a device computing off the host's cores; MP2TRN_OVERLAP=0 turns it off
+    (the GPU benchmark's with/without comparison)."""
+    class OffHost:
+        def computes_on_host_cores(self) -> bool:
+            return False
+
+    class OnHost(OffHost):
+        def computes_on_host_cores(self) -> bool:
+            return True
+
+    monkeypatch.delenv("MP2TRN_OVERLAP", raising=False)
+    assert overlaps(OffHost()) and not overlaps(OnHost())
+    monkeypatch.setenv("MP2TRN_OVERLAP", "0")
+    assert not overlaps(OffHost())
+
+
 def test_producer_threads_are_its_own():
     """omp_threads sets PySCF's OpenMP count in the producer thread only."""
     from pyscf import lib

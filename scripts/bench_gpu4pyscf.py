@@ -1,0 +1,197 @@
+"""mp2trn's ``cuda`` device against GPU4PySCF on one NVIDIA GPU: DF-RHF followed by DF-MP2, same molecules,
+same bases, energies and wall times side by side.
+
+    python scripts/bench_gpu4pyscf.py                       # both engines, Inosine and Penicillin V, cc-pVDZ
+    python scripts/bench_gpu4pyscf.py --engine mp2trn --out a.jsonl      # one engine's records only
+    python scripts/bench_gpu4pyscf.py --table a.jsonl b.jsonl [--write-docs]
+    python scripts/bench_gpu4pyscf.py --overlap --out c.jsonl   # mp2trn cuda with host blocks made ahead, and not
+
+Both engines get the same problem: cc-pVDZ, the SCF fitted with cc-pVDZ-JKFIT and MP2 with cc-pVDZ-RI, all
+electrons correlated, SCF converged to 1e-10 Eh. Every calculation is a fresh process, timed from outside
+(process wall, imports and CUDA start included) and inside (SCF and MP2 stages, each engine's own clock);
+each case runs ``--repeat`` times so the first run's one-off costs (CUDA context, kernel compilation and
+caches) show next to the warm ones. GPU4PySCF (``gpu4pyscf-cuda12x``/``-cuda13x``) is not a dependency of
+mp2trn: install it beside it on the GPU machine. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ORGANIC = ROOT / "molecules" / "gpu4pyscf" / "organic"
+MOLECULES = {"inosine": ORGANIC / "031_Inosine.xyz", "penicillin": ORGANIC / "042_Penicillin_V.xyz",
+             "vitaminc": ORGANIC / "020_Vitamin_C.xyz"}
+BASIS, JKBASIS, AUXBASIS, CONV_TOL = "cc-pvdz", "cc-pvdz-jkfit", "cc-pvdz-ri", 1e-10
+BEGIN, END = "<!-- BEGIN bench_gpu4pyscf -->", "<!-- END bench_gpu4pyscf -->"
+
+
+def gpu4pyscf_worker(xyz: Path, fp_type: str) -> dict:
+    """One DF-RHF + DF-MP2 with GPU4PySCF in this process; energies (Eh) and stage times (s)."""
+    t_start = time.perf_counter()
+    import cupy
+    import gpu4pyscf
+    from gpu4pyscf import scf
+    from gpu4pyscf.mp import dfmp2
+    from pyscf import gto
+    t_import = time.perf_counter()
+    mol = gto.M(atom=str(xyz), basis=BASIS, verbose=0)
+    mf = scf.RHF(mol).density_fit(auxbasis=JKBASIS)
+    mf.conv_tol = CONV_TOL
+    e_scf = float(mf.kernel())
+    cupy.cuda.Device().synchronize()
+    t_scf = time.perf_counter()
+    mp = dfmp2.DFMP2(mf, auxbasis=AUXBASIS)
+    mp.fp_type = fp_type
+    e_corr = float(mp.kernel()[0])
+    cupy.cuda.Device().synchronize()
+    t_mp2 = time.perf_counter()
+    return {"engine": "gpu4pyscf", "version": gpu4pyscf.__version__, "precision": fp_type.lower(),
+            "converged": bool(mf.converged), "scf_cycles": int(getattr(mf, "cycles", -1)),
+            "e_scf": e_scf, "e_corr": e_corr, "e_tot": e_scf + e_corr, "nao": mol.nao,
+            "import_s": t_import - t_start, "scf_s": t_scf - t_import, "mp2_s": t_mp2 - t_scf,
+            "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()}
+
+
+def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, overlap: bool = True) -> dict:
+    """One ``mp2trn run --device cuda`` in a fresh process; its record from the JSON document. ``overlap``:
+    host blocks made ahead of the GPU's work (mp2trn.overlap; ``MP2TRN_OVERLAP=0`` when False)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        env = {**os.environ, "MP2TRN_OVERLAP": "1" if overlap else "0"}
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "mp2trn", "run", str(xyz), "--device", "cuda", "--precision", precision,
+                        "--basis", BASIS, "--jkbasis", JKBASIS, "--auxbasis", AUXBASIS, "--frozen-core", "none",
+                        "--conv-tol", str(CONV_TOL), "--json", str(out), "-q", *(["--gradient"] if gradient else [])],
+                       check=True, cwd=ROOT, env=env)
+        wall = time.perf_counter() - t0
+        doc = json.loads(out.read_text())
+    props, extras = doc["properties"], doc["extras"]["mp2trn"]
+    timings = extras["timings"]
+    import torch
+    return {"engine": "mp2trn", "version": doc["provenance"]["version"], "precision": precision,
+            "converged": True, "scf_cycles": props["scf_iterations"], "e_scf": props["scf_total_energy"],
+            "e_corr": props["mp2_correlation_energy"], "e_tot": props["mp2_total_energy"],
+            "nao": props["calcinfo_nbasis"], "wall_s": wall, "scf_s": timings["scf"], "mp2_s": timings["mp2"],
+            "gpu": torch.cuda.get_device_name(0), "timings": timings, "overlap": overlap, "gradient": gradient}
+
+
+def overlap_records(molecule: str, repeat: int, out: Path | None) -> list[dict]:
+    """mp2trn's cuda energy and gradient runs with host blocks made ahead and without, alternating."""
+    records = []
+    for gradient in (False, True):
+        for attempt in range(1, repeat + 1):
+            for overlap in (True, False):
+                record = {"molecule": molecule, "run": attempt, **run_mp2trn(MOLECULES[molecule], "fp64", gradient, overlap)}
+                print(json.dumps(record), flush=True)
+                records.append(record)
+                if out:
+                    with out.open("a") as fh:
+                        fh.write(json.dumps(record) + "\n")
+    return records
+
+
+def run_gpu4pyscf(xyz: Path, precision: str) -> dict:
+    """One GPU4PySCF calculation in a fresh process (this script as its worker)."""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--worker", str(xyz), "--precision", precision],
+                          check=True, capture_output=True, text=True, cwd=ROOT)
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    record["wall_s"] = time.perf_counter() - t0
+    return record
+
+
+ENGINES = {"mp2trn": (run_mp2trn, ("fp64", "fp32")), "gpu4pyscf": (run_gpu4pyscf, ("fp64",))}
+
+
+def measure(engines: list[str], molecules: list[str], repeat: int, out: Path | None) -> list[dict]:
+    records = []
+    for name in molecules:
+        for engine in engines:
+            runner, precisions = ENGINES[engine]
+            for precision in precisions:
+                for attempt in range(1, repeat + 1):
+                    record = {"molecule": name, "run": attempt, **runner(MOLECULES[name], precision)}
+                    print(json.dumps(record), flush=True)
+                    records.append(record)
+                    if out:
+                        with out.open("a") as fh:
+                            fh.write(json.dumps(record) + "\n")
+    return records
+
+
+def table(records: list[dict]) -> list[str]:
+    """Markdown rows: each engine's last (warm) run per molecule and precision, energies against GPU4PySCF's."""
+    warm: dict[tuple, dict] = {}
+    first: dict[tuple, dict] = {}
+    for r in records:
+        key = (r["molecule"], r["engine"], r["precision"])
+        warm[key] = r if key not in warm or r["run"] >= warm[key]["run"] else warm[key]
+        first.setdefault(key, r)
+    rows = ["| molecule | engine | precision | nao | SCF cycles | SCF (s) | MP2 (s) | process wall, warm (s) | "
+            "first run (s) | E(SCF) (Eh) | E(MP2 corr.) (Eh) | ΔE(total) vs GPU4PySCF (Eh) |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key in sorted(warm):
+        r = warm[key]
+        ref = warm.get((r["molecule"], "gpu4pyscf", "fp64"))
+        delta = f"{r['e_tot'] - ref['e_tot']:+.1e}" if ref and ref is not r else "—"
+        rows.append(f"| {r['molecule']} | {r['engine']} {r['version']} | {r['precision']} | {r['nao']} | "
+                    f"{r['scf_cycles']} | {r['scf_s']:.2f} | {r['mp2_s']:.2f} | {r['wall_s']:.1f} | "
+                    f"{first[key]['wall_s']:.1f} | {r['e_scf']:.8f} | {r['e_corr']:.8f} | {delta} |")
+    gpus = sorted({r["gpu"] for r in records})
+    return rows + ["", f"GPU: {', '.join(gpus)}."]
+
+
+def write_docs(rows: list[str], command: str) -> None:
+    doc = ROOT / "docs" / "benchmarks.md"
+    text = doc.read_text()
+    block = "\n".join([BEGIN, f"`{command}`", "", *rows, END])
+    if BEGIN in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n## mp2trn's cuda device against GPU4PySCF\n\n" + block + "\n"
+    tmp = doc.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=[*ENGINES, "both"], default="both")
+    parser.add_argument("--molecules", nargs="+", choices=list(MOLECULES), default=["inosine", "penicillin"])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="append each record to this JSON-lines file")
+    parser.add_argument("--table", nargs="+", type=Path, help="print the table from these JSON-lines files")
+    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--overlap", action="store_true", help="mp2trn cuda runs with and without blocks made ahead")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--precision", default="fp64", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(gpu4pyscf_worker(args.worker, args.precision.upper())))
+        return
+    if args.overlap:
+        overlap_records(args.molecules[0], args.repeat, args.out)
+        return
+    if args.table:
+        records = [json.loads(line) for path in args.table for line in path.read_text().splitlines() if line.strip()]
+        records = [r for r in records if not r.get("gradient") and r.get("overlap", True)]
+    else:
+        engines = list(ENGINES) if args.engine == "both" else [args.engine]
+        records = measure(engines, args.molecules, args.repeat, args.out)
+    rows = table(records)
+    print("\n".join(rows))
+    if args.write_docs:
+        write_docs(rows, "python scripts/bench_gpu4pyscf.py" + (" --table ..." if args.table else ""))
+
+
+if __name__ == "__main__":
+    main()
