@@ -150,17 +150,10 @@ def table(records: list[dict]) -> list[str]:
 
 
 def write_docs(rows: list[str], command: str) -> None:
-    doc = ROOT / "docs" / "benchmarks.md"
-    text = doc.read_text()
-    block = "\n".join([BEGIN, f"`{command}`", "", *rows, END])
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n## mp2trn's cuda device against GPU4PySCF\n\n" + block + "\n"
-    tmp = doc.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, doc)
+    """The table between this script's markers in docs/benchmarks.md (written atomically)."""
+    from mp2trn.files import replace_marked_block
+
+    replace_marked_block(ROOT / "docs" / "benchmarks.md", BEGIN, END, "\n".join([BEGIN, f"`{command}`", "", *rows, END]))
 
 
 def main() -> None:
@@ -190,7 +183,8 @@ def main() -> None:
     rows = table(records)
     print("\n".join(rows))
     if args.write_docs:
-        write_docs(rows, "python scripts/bench_gpu4pyscf.py" + (" --table ..." if args.table else ""))
+        write_docs(rows, "python scripts/bench_gpu4pyscf.py" +
+                   (" --table " + " ".join(str(t) for t in args.table) if args.table else ""))
 
 
 if __name__ == "__main__":
