@@ -114,6 +114,39 @@ def test_mp2_hessian_matches_second_differences_of_energies(water_freq):
     assert hess.asymmetry < 1e-4
 
 
+@pytest.mark.slow   # ~15 s: 12 displaced gradients and 6 energies
+def test_uhf_mp2_hessian_of_hydroxyl_matches_second_differences_of_energies():
+    """An open shell (UHF-MP2, hydroxyl/6-31G): the stretch element H[zO, zO] and the coupling H[zO, zH] of
+    the Hessian of gradients against second differences of mp2trn's UHF-MP2 energies; the transverse elements
+    against the bond's turn, (dE/dR)/R."""
+    options = RunOptions(basis="6-31g")
+    with open_device(options) as device:
+        hess = run_frequencies(molecule_path("hydroxyl"), options, device).hessian
+    h, e0, x0 = hess.step, hess.reference.energy, hess.coords
+
+    def energy(moves) -> float:
+        x = x0.copy()
+        for (atom, axis), step in moves.items():
+            x[atom, axis] += step
+        atoms = "; ".join(f"{s} {float(a)!r} {float(b)!r} {float(c)!r}" for s, (a, b, c) in zip("OH", x))
+        return mp2trn.run(atoms, basis="6-31g", unit="bohr", multiplicity=2).e_tot
+
+    second = (energy({(0, 2): h}) - 2 * e0 + energy({(0, 2): -h})) / h ** 2
+    assert abs(second - hess.hessian[2, 2]) < 2e-4, (second, hess.hessian[2, 2])
+    corners = [energy({(0, 2): si * h, (1, 2): sj * h}) for si, sj in ((1, 1), (1, -1), (-1, 1), (-1, -1))]
+    mixed = (corners[0] - corners[1] - corners[2] + corners[3]) / (4 * h * h)
+    assert abs(mixed - hess.hessian[2, 5]) < 2e-4, (mixed, hess.hessian[2, 5])
+    assert hess.hessian[2, 2] > 0.3 and abs(hess.hessian[2, 2] + hess.hessian[2, 5]) < 1e-3   # translation-free
+    # off the minimum a transverse move turns the bond: ∂²E/∂x_O² = (dE/dR)/R, R the bond length
+    bond = float(x0[1, 2] - x0[0, 2])
+    turn = float(np.asarray(hess.reference.gradient)[1, 2]) / bond
+    for x in (0, 1):
+        assert abs(hess.hessian[x, x] - turn) < 1e-4 and abs(hess.hessian[x, 3 + x] + turn) < 1e-4
+    # the stretch block is symmetric; the transverse one only to ~1e-4: the ²Π radical's singly occupied π
+    # orbital has a degenerate partner, and a transverse move can turn which one the displaced UHF occupies
+    assert abs(hess.hessian[2, 5] - hess.hessian[5, 2]) < 1e-5
+
+
 def test_ir_intensity_matches_finite_differences_of_the_dipole_along_the_mode(water_freq):
     """I = 974.9 km/mol · |∂μ/∂Q|² with ∂μ/∂Q from two relaxed-dipole runs at Q = ±δ along the normal mode."""
     vib = water_freq.vibrations
