@@ -99,15 +99,18 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         store = BStore(dfi.naux, spins, device.storage_dtype, plan.incore)
         try:
             stage_times = build_b(dfi, spins, device, plan, store, progress)
+            b_on_device = device.hold(store.arrays) if store.incore else "read from the HDF5 file block by block"
             t0 = time.perf_counter()
             pairs = pair_energies(store, spins, device, occ_block, progress)
             t_pairs = time.perf_counter() - t0
         except BaseException:
+            device.release()
             store.close()
             raise
-        if keep_b is not None:    # the gradient of this run takes B from here
+        if keep_b is not None:    # the gradient of this run takes B from here (the device may keep holding it)
             keep_b.keep(dfi, spins, store)
         else:
+            device.release()
             store.close()
     what_ran = device.what_ran()
     what_ran.update({
@@ -121,6 +124,7 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         "occ_block": occ_block,
         "aux_block": plan.aux_block,
         "pair_blocks": pairs.block_pairs,
+        **({"b_on_device": b_on_device} if comm.size == 1 else {}),
         "blas": pool_note(),
     })
     if comm.size > 1:

@@ -28,7 +28,8 @@ def test_gradient_reusing_b_and_scf_tensor_equals_rebuilding(atom, multiplicity)
     reused = result.what_ran["gradient_reused"]
     assert reused["B"] == "the energy's" and reused["jkfit_tensor"].startswith("the SCF's")
     assert result.what_ran["scf_tensor_kept_mb"] > 0
-    assert rebuilt.what_ran["gradient_reused"] == {"B": "built", "jkfit_tensor": "built again"}
+    assert rebuilt.what_ran["gradient_reused"] == {"B": "built", "jkfit_tensor": "built again",
+                                                   "B_on_device": "host memory (the device computes there)"}
     assert np.max(np.abs(result.gradient - rebuilt.gradient)) < 1e-10
     assert np.max(np.abs(result.densities.dm_relaxed - rebuilt.dm_relaxed)) < 1e-10
 

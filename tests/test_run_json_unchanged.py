@@ -46,8 +46,9 @@ TIMING_KEYS = {"timings", "emulation_wall_s"}
 #: an open-shell reference (issue 37)
 ADDED_KEYS = {"scf", "whole_run", "nuclear_repulsion_energy", "scf_iterations", "compiles", "compiles_by_stage",
               "compile_cache", "blas", "host_device_bytes", "launch_wall_s", "reference_spin_square"}
-#: fields added at one place only: the bases with their sources, the ECPs and the method (issue 22)
-ADDED_AT = {"$.extras.mp2trn": {"bases", "ecp", "method"}}
+#: fields added at one place only: the bases with their sources, the ECPs and the method (issue 22), where
+#: B stayed between the pair launches (issue 33)
+ADDED_AT = {"$.extras.mp2trn": {"bases", "ecp", "method", "b_on_device"}}
 #: the recorded current runs that hold the fields changed on purpose (see the module docstring)
 NOW = {"run_hydroxyl_sim_before.json": "run_hydroxyl_sim_now.json"}
 #: BLAS (and OpenMP) on one thread in the run's process

@@ -59,3 +59,46 @@ def test_torch_gradient_matches_cpu(torch_device, name):
     ours = mp2trn.run(molecule_path(name), gradient=True, frozen="auto", device=dev)
     assert np.max(np.abs(ours.gradient - cpu.gradient)) < 1e-9
     assert ours.what_ran["gradient_pairs"].endswith("(fp64)")
+
+
+def test_held_b_is_read_in_place_and_dropped_with_its_array():
+    """A held array's views are strided views of the one copy on the device (no transfer per launch); an
+    array that is not held, or a copy of a held one, is sent; the entry goes when the host array does."""
+    import gc
+
+    import numpy as np
+
+    dev = TorchDevice(precision="fp64", torch_device="cpu")
+    b = np.random.default_rng(3).standard_normal((7, 5 * 4))
+    assert dev.hold([b]).startswith("resident in torch cpu memory")
+    copy = dev._held[id(b)][1]
+    view = b[:, 8:16].reshape(7, 2, 4)                     # occupied orbitals 2:4 of nvir 4, as BStore gives
+    got = dev._t(view)
+    assert got.untyped_storage().data_ptr() == copy.untyped_storage().data_ptr()
+    assert np.array_equal(got.numpy(), view)
+    assert dev._t(view.copy()).untyped_storage().data_ptr() != copy.untyped_storage().data_ptr()
+    assert "held since the energy" in dev.hold([b])       # a second offer sends nothing
+    del view, b
+    gc.collect()
+    assert not dev._held
+
+
+@pytest.mark.parametrize("name", ["water", "hydroxyl"])
+def test_energy_and_gradient_with_b_held_equal_those_without(name, monkeypatch):
+    """B held on the torch device from the energy through the gradient's sweep gives the energies and
+    gradients of the path that sends every block (1e-12 Eh, 1e-10 Eh/bohr), and what-ran says where B was."""
+    import numpy as np
+
+    from .conftest import molecule_path
+
+    def run():
+        return mp2trn.run(molecule_path(name), gradient=True, device=TorchDevice(precision="fp64", torch_device="cpu"))
+
+    held = run()
+    assert held.what_ran["b_on_device"].startswith("resident in torch cpu memory")
+    assert held.what_ran["gradient_reused"]["B_on_device"].endswith("held since the energy)")
+    monkeypatch.setattr(TorchDevice, "hold", lambda self, arrays: "sent with each launch (test)")
+    sent = run()
+    assert sent.what_ran["b_on_device"] == "sent with each launch (test)"
+    assert abs(held.e_tot - sent.e_tot) < 1e-12
+    assert np.max(np.abs(held.gradient - sent.gradient)) < 1e-10

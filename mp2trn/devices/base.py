@@ -131,6 +131,18 @@ class Device(ABC):
         Returns float64 arrays (ni, nj) (x is None without ``exchange``).
         """
 
+    # -- B between launches: the pair steps of the energy and of the gradient read views of the same arrays --
+    def hold(self, arrays: list[np.ndarray]) -> str:
+        """Offer host arrays (B of each spin channel, (naux, nocc·nvir)) that the pair launches to come
+        read views of (:meth:`pair_energies`, :meth:`pair_densities`): a device with memory of its own may
+        keep them there until :meth:`release` or until the host frees them, and read every later view
+        from its copy instead of sending it again. Returns what it did, for what-ran. The base class
+        computes in host memory: nothing to hold."""
+        return "host memory (the device computes there)"
+
+    def release(self) -> None:
+        """Free what :meth:`hold` kept."""
+
     # -- the gradient's pair step (mp2trn.grad.densities owns the strips, the spin cases and the factors) --
     #: True when the device implements :meth:`pair_densities`
     has_pair_densities: bool = False

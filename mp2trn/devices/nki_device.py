@@ -383,6 +383,12 @@ class NkiDevice(Device):
         out = self.launcher.launch("metric", self.kernels.metric, args, {"m_block": mb, "n_width": width})
         return self.mode.combine(out)[:, :n]
 
+    def hold(self, arrays) -> str:
+        """The pair kernels take B as contiguous blocks in their storage layout, made per launch: nothing is
+        held between launches (the whole-run record's ``to_device_reusing`` counts what holding would
+        save)."""
+        return "sent with each launch (the pair kernels take contiguous blocks of B)"
+
     # -- stage 3: pair energies ----------------------------------------------------------------------
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
         mode = self.mode

@@ -1,12 +1,14 @@
 """``cuda``: the PyTorch backend (an optional extra: ``pip install mp2trn[cuda]``).
 
 The backend takes any torch device, so the very same code runs on an NVIDIA GPU (``cuda``) and, in
-CI, on the CPU build of torch. Blocks are moved to the device once per call; per-pair sums are
-reduced on the device in fp64 and copied back as (ni, nj) arrays.
+CI, on the CPU build of torch. Blocks are moved to the device once per call, except B, which the pair
+steps of the energy and the gradient read from one copy on the device when it fits (:meth:`TorchDevice.hold`);
+per-pair sums are reduced on the device in fp64 and copied back as (ni, nj) arrays.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,8 @@ class TorchDevice(Device):
                 "(install a CUDA build of PyTorch on a machine with an NVIDIA GPU, or use --device cpu)"
             )
         self.device = dev
+        #: B held on the device (id of the host array -> (weak reference to it, its copy)), :meth:`hold`
+        self._held: dict[int, tuple[weakref.ref, Any]] = {}
         self.name = "cuda" if dev.type == "cuda" else f"torch-{dev.type}"
         self._tdtype = getattr(torch, self.mode.compute.name)   # float32 / float64
 
@@ -61,8 +65,50 @@ class TorchDevice(Device):
     def computes_on_host_cores(self) -> bool:
         return self.device.type != "cuda"   # a GPU computes on its own; torch on a CPU shares the host's cores
 
+    #: at most this share of the GPU's free memory holds B (the rest for the launches' work arrays)
+    HOLD_SHARE = 0.5
+
+    def hold(self, arrays):
+        """B copied to the torch device once, in the compute dtype, when it fits :attr:`HOLD_SHARE` of the
+        GPU's free memory (a CPU torch device: always, a copy in host memory as a GPU's would be, the test
+        vehicle of this path); every later view of these
+        arrays (:meth:`_t`) is a strided view of the copy. An entry goes when its host array does."""
+        need = sum(a.size for a in arrays) * self.mode.compute.itemsize
+        free = self.memory_mb()
+        if free is not None and need > self.HOLD_SHARE * free * 1e6:
+            return (f"sent with each launch: holding B would take {need / 1e6:.0f} MB, more than "
+                    f"{self.HOLD_SHARE:.0%} of the GPU's {free:.0f} MB free")
+        kept_already = 0
+        for a in arrays:
+            key = id(a)
+            entry = self._held.get(key)
+            if entry is not None and entry[0]() is a:    # held since an earlier stage: not sent again
+                kept_already += 1
+                continue
+            copy = self.torch.as_tensor(a, device=self.device).to(self._tdtype)
+            if copy.untyped_storage().data_ptr() == a.__array_interface__["data"][0]:
+                copy = copy.clone()     # torch on the CPU would share the array: a copy, as on a GPU
+            self._held[key] = (weakref.ref(a, lambda _r, k=key: self._held.pop(k, None)), copy)
+        where = "GPU" if self.device.type == "cuda" else f"torch {self.device.type}"
+        return f"resident in {where} memory ({need / 1e6:.0f} MB, " + \
+            ("held since the energy)" if kept_already == len(arrays) else "sent once)")
+
+    def release(self) -> None:
+        self._held.clear()
+
     def _t(self, a: np.ndarray):
-        return self.torch.as_tensor(np.asarray(a), device=self.device).to(self._tdtype)
+        """``a`` on the torch device in the compute dtype: a view of a held copy when ``a`` is a view of a
+        held array (no transfer), else a copy."""
+        a = np.asarray(a)
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        entry = self._held.get(id(root))
+        if entry is not None and entry[0]() is root and a.dtype == root.dtype:
+            offset, rem = divmod(a.__array_interface__["data"][0] - root.__array_interface__["data"][0], a.itemsize)
+            if rem == 0 and all(st % a.itemsize == 0 for st in a.strides):
+                return self.torch.as_strided(entry[1], a.shape, [st // a.itemsize for st in a.strides], offset)
+        return self.torch.as_tensor(a, device=self.device).to(self._tdtype)
 
     def ao_to_mo(self, ao, c_occ, c_vir):
         p, nao, _ = ao.shape

@@ -134,10 +134,16 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                 if isinstance(arr, np.ndarray):
                     arr[...] = 0.0
         timings["gradient_b"] = time.perf_counter() - t0
+        # B on the device for the sweep: still there from the energy when the arrays are the energy's
+        reused["B_on_device"] = device.hold(b_store.arrays) if b_store.incore else \
+            "read from the HDF5 file strip by strip"
         t0 = time.perf_counter()
-        with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
-            dens = densities.sweep(b_store, spins, device, plan.strip_block, c_os, c_ss, gamma, progress, comm,
-                                   plan.pair_block)
+        try:
+            with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
+                dens = densities.sweep(b_store, spins, device, plan.strip_block, c_os, c_ss, gamma, progress, comm,
+                                       plan.pair_block)
+        finally:
+            device.release()
         timings["gradient_pairs"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         weights = [ch.weight for ch in chans]
