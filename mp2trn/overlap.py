@@ -41,7 +41,7 @@ _POLL_S = 0.05
 def overlaps(device: Device) -> bool:
     """Whether host blocks are made ahead of ``device``'s work on them: only when its arithmetic runs off the
     host's cores (:meth:`Device.computes_on_host_cores`). ``MP2TRN_OVERLAP=0`` in the environment turns it
-    off, so a benchmark can time the same run with and without (scripts/bench_gpu4pyscf.py --overlap)."""
+    off, so a benchmark can time the same run with and without (scripts/bench_gpu4pyscf.py --compare overlap)."""
     if os.environ.get("MP2TRN_OVERLAP", "1") == "0":
         return False
     return not device.computes_on_host_cores()

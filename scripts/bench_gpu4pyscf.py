@@ -4,7 +4,8 @@ same bases, energies and wall times side by side.
     python scripts/bench_gpu4pyscf.py                       # both engines, Inosine and Penicillin V, cc-pVDZ
     python scripts/bench_gpu4pyscf.py --engine mp2trn --out a.jsonl      # one engine's records only
     python scripts/bench_gpu4pyscf.py --table a.jsonl b.jsonl [--write-docs]
-    python scripts/bench_gpu4pyscf.py --overlap --out c.jsonl   # mp2trn cuda with host blocks made ahead, and not
+    python scripts/bench_gpu4pyscf.py --compare overlap --out c.jsonl  # mp2trn cuda, host blocks made ahead or not
+    python scripts/bench_gpu4pyscf.py --compare hold --out d.jsonl     # mp2trn cuda, B held on the GPU or sent
 
 Both engines get the same problem: cc-pVDZ, the SCF fitted with cc-pVDZ-JKFIT and MP2 with cc-pVDZ-RI, all
 electrons correlated, SCF converged to 1e-10 Eh. Every calculation is a fresh process, timed from outside
@@ -60,12 +61,17 @@ def gpu4pyscf_worker(xyz: Path, fp_type: str) -> dict:
             "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()}
 
 
-def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, overlap: bool = True) -> dict:
-    """One ``mp2trn run --device cuda`` in a fresh process; its record from the JSON document. ``overlap``:
-    host blocks made ahead of the GPU's work (mp2trn.overlap; ``MP2TRN_OVERLAP=0`` when False)."""
+#: the benchmark switches of the cuda device: host blocks made ahead of the GPU (mp2trn.overlap), B held in GPU
+#: memory between the pair launches (TorchDevice.hold); each on unless its variable is 0
+SWITCHES = {"overlap": "MP2TRN_OVERLAP", "hold": "MP2TRN_HOLD_B"}
+
+
+def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, off: str | None = None) -> dict:
+    """One ``mp2trn run --device cuda`` in a fresh process; its record from the JSON document. ``off``: a
+    switch of :data:`SWITCHES` turned off."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
-        env = {**os.environ, "MP2TRN_OVERLAP": "1" if overlap else "0"}
+        env = {**os.environ, **({SWITCHES[off]: "0"} if off else {})}
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "mp2trn", "run", str(xyz), "--device", "cuda", "--precision", precision,
                         "--basis", BASIS, "--jkbasis", JKBASIS, "--auxbasis", AUXBASIS, "--frozen-core", "none",
@@ -80,16 +86,18 @@ def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, overlap: bool 
             "converged": True, "scf_cycles": props["scf_iterations"], "e_scf": props["scf_total_energy"],
             "e_corr": props["mp2_correlation_energy"], "e_tot": props["mp2_total_energy"],
             "nao": props["calcinfo_nbasis"], "wall_s": wall, "scf_s": timings["scf"], "mp2_s": timings["mp2"],
-            "gpu": torch.cuda.get_device_name(0), "timings": timings, "overlap": overlap, "gradient": gradient}
+            "gpu": torch.cuda.get_device_name(0), "timings": timings, "off": off, "gradient": gradient,
+            "b_on_device": extras.get("b_on_device")}
 
 
-def overlap_records(molecule: str, repeat: int, out: Path | None) -> list[dict]:
-    """mp2trn's cuda energy and gradient runs with host blocks made ahead and without, alternating."""
+def switch_records(switch: str, molecule: str, repeat: int, out: Path | None) -> list[dict]:
+    """mp2trn's cuda energy and gradient runs with ``switch`` on and off, alternating."""
     records = []
     for gradient in (False, True):
         for attempt in range(1, repeat + 1):
-            for overlap in (True, False):
-                record = {"molecule": molecule, "run": attempt, **run_mp2trn(MOLECULES[molecule], "fp64", gradient, overlap)}
+            for off in (None, switch):
+                record = {"molecule": molecule, "run": attempt, "switch": switch,
+                          **run_mp2trn(MOLECULES[molecule], "fp64", gradient, off)}
                 print(json.dumps(record), flush=True)
                 records.append(record)
                 if out:
@@ -164,19 +172,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="append each record to this JSON-lines file")
     parser.add_argument("--table", nargs="+", type=Path, help="print the table from these JSON-lines files")
     parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--overlap", action="store_true", help="mp2trn cuda runs with and without blocks made ahead")
+    parser.add_argument("--compare", choices=list(SWITCHES), help="mp2trn cuda runs with this switch on and off")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp64", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(gpu4pyscf_worker(args.worker, args.precision.upper())))
         return
-    if args.overlap:
-        overlap_records(args.molecules[0], args.repeat, args.out)
+    if args.compare:
+        switch_records(args.compare, args.molecules[0], args.repeat, args.out)
         return
     if args.table:
         records = [json.loads(line) for path in args.table for line in path.read_text().splitlines() if line.strip()]
-        records = [r for r in records if not r.get("gradient") and r.get("overlap", True)]
+        records = [r for r in records if not r.get("gradient") and not r.get("off") and r.get("overlap", True)]
     else:
         engines = list(ENGINES) if args.engine == "both" else [args.engine]
         records = measure(engines, args.molecules, args.repeat, args.out)

@@ -8,6 +8,7 @@ per-pair sums are reduced on the device in fp64 and copied back as (ni, nj) arra
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
@@ -73,6 +74,8 @@ class TorchDevice(Device):
         GPU's free memory (a CPU torch device: always, a copy in host memory as a GPU's would be, the test
         vehicle of this path); every later view of these
         arrays (:meth:`_t`) is a strided view of the copy. An entry goes when its host array does."""
+        if os.environ.get("MP2TRN_HOLD_B", "1") == "0":    # a benchmark's switch (scripts/bench_gpu4pyscf.py)
+            return "sent with each launch (MP2TRN_HOLD_B=0)"
         need = sum(a.size for a in arrays) * self.mode.compute.itemsize
         free = self.memory_mb()
         if free is not None and need > self.HOLD_SHARE * free * 1e6:
