@@ -96,14 +96,18 @@ def switch_records(switch: str, molecule: str, repeat: int, out: Path | None) ->
     for gradient in (False, True):
         for attempt in range(1, repeat + 1):
             for off in (None, switch):
-                record = {"molecule": molecule, "run": attempt, "switch": switch,
-                          **run_mp2trn(MOLECULES[molecule], "fp64", gradient, off)}
-                print(json.dumps(record), flush=True)
-                records.append(record)
-                if out:
-                    with out.open("a") as fh:
-                        fh.write(json.dumps(record) + "\n")
+                records.append(_kept({"molecule": molecule, "run": attempt, "switch": switch,
+                                      **run_mp2trn(MOLECULES[molecule], "fp64", gradient, off)}, out))
     return records
+
+
+def _kept(record: dict, out: Path | None) -> dict:
+    """Print ``record`` and append it to ``out`` (as it comes, so a killed benchmark keeps what it did)."""
+    print(json.dumps(record), flush=True)
+    if out:
+        with out.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+    return record
 
 
 def run_gpu4pyscf(xyz: Path, precision: str) -> dict:
@@ -126,12 +130,8 @@ def measure(engines: list[str], molecules: list[str], repeat: int, out: Path | N
             runner, precisions = ENGINES[engine]
             for precision in precisions:
                 for attempt in range(1, repeat + 1):
-                    record = {"molecule": name, "run": attempt, **runner(MOLECULES[name], precision)}
-                    print(json.dumps(record), flush=True)
-                    records.append(record)
-                    if out:
-                        with out.open("a") as fh:
-                            fh.write(json.dumps(record) + "\n")
+                    records.append(_kept({"molecule": name, "run": attempt, **runner(MOLECULES[name], precision)},
+                                         out))
     return records
 
 
