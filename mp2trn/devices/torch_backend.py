@@ -52,6 +52,8 @@ class TorchDevice(Device):
 
     def describe(self) -> dict[str, Any]:
         info = {"device": self.name, "precision": self.precision, "backend": f"torch {self.torch.__version__}"}
+        if self.mode.compute != np.float64:
+            info["precision_detail"] = "AO->MO transform in fp64; metric solve and pair step in fp32; pair sums in fp64"
         if self.device.type == "cuda":
             info["gpu"] = self.torch.cuda.get_device_name(self.device)
         return info
@@ -114,9 +116,14 @@ class TorchDevice(Device):
         return self.torch.as_tensor(a, device=self.device).to(self._tdtype)
 
     def ao_to_mo(self, ao, c_occ, c_vir):
+        """In fp64 in every precision, as on the cpu device: the transform's cancellation (|C| up to ~10)
+        is where fp32 loses most of its accuracy (docs/precision.md), and a GPU's fp64 GEMMs cost this
+        O(N⁴) step little beside the fp32 pair step."""
+        torch = self.torch
+        f64 = lambda a: torch.as_tensor(np.asarray(a), device=self.device).to(torch.float64)   # noqa: E731
         p, nao, _ = ao.shape
-        half = (self._t(ao).reshape(p * nao, nao) @ self._t(c_occ)).reshape(p, nao, -1)
-        out = self.torch.matmul(half.transpose(1, 2), self._t(c_vir))
+        half = (f64(ao).reshape(p * nao, nao) @ f64(c_occ)).reshape(p, nao, -1)
+        out = torch.matmul(half.transpose(1, 2), f64(c_vir))
         return out.cpu().numpy().astype(self.storage_dtype, copy=False)
 
     def metric_solve(self, l_chol, v):
@@ -187,9 +194,10 @@ class TorchDevice(Device):
             nvb = e_ab.shape[1]
             m = (rows.T @ x_j[:, j0 * nvb :]).reshape(nva, nj - j0, nvb)
             w = m / (e_i_t[i] + e_j_t[j0:][None, :, None] - e_ab[:, None, :])
-            os_[i, j0:] = torch.einsum("ajb,ajb->j", w, m).to(torch.float64)
+            # products in the compute dtype, their sums in fp64 (an fp32 sum of nva·nvb terms drifts by µEh)
+            os_[i, j0:] = (w * m).sum(dim=(0, 2), dtype=torch.float64)
             if exchange:
-                xx[i, j0:] = torch.einsum("ajb,bja->j", w, m).to(torch.float64)
+                xx[i, j0:] = (w * m.permute(2, 1, 0)).sum(dim=(0, 2), dtype=torch.float64)
         return os_.cpu().numpy(), None if xx is None else xx.cpu().numpy()
 
     # -- the gradient's pair step: the cpu device's per-k GEMMs, on the torch device ------------------------
