@@ -40,8 +40,10 @@ _POLL_S = 0.05
 
 def overlaps(device: Device) -> bool:
     """Whether host blocks are made ahead of ``device``'s work on them: only when its arithmetic runs off the
-    host's cores (:meth:`Device.computes_on_host_cores`). ``MP2TRN_OVERLAP=0`` in the environment turns it
-    off, so a benchmark can time the same run with and without (scripts/bench_gpu4pyscf.py --compare overlap)."""
+    host's cores (:meth:`Device.computes_on_host_cores`). ``MP2TRN_OVERLAP=0`` in the environment turns
+    off what this decides (the 3-index blocks of :func:`mp2trn.transform.build_b` made ahead of a GPU), so a
+    benchmark can time the same run with and without (scripts/bench_gpu4pyscf.py --compare overlap); the
+    streamed SCF tensor's reads and writes are made ahead on every device either way."""
     if os.environ.get("MP2TRN_OVERLAP", "1") == "0":
         return False
     return not device.computes_on_host_cores()

@@ -71,7 +71,7 @@ def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, off: str | Non
     switch of :data:`SWITCHES` turned off."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
-        env = {**os.environ, **({SWITCHES[off]: "0"} if off else {})}
+        env = {**os.environ, **{var: "0" if name == off else "1" for name, var in SWITCHES.items()}}
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "mp2trn", "run", str(xyz), "--device", "cuda", "--precision", precision,
                         "--basis", BASIS, "--jkbasis", JKBASIS, "--auxbasis", AUXBASIS, "--frozen-core", "none",
@@ -81,12 +81,11 @@ def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, off: str | Non
         doc = json.loads(out.read_text())
     props, extras = doc["properties"], doc["extras"]["mp2trn"]
     timings = extras["timings"]
-    import torch
     return {"engine": "mp2trn", "version": doc["provenance"]["version"], "precision": precision,
             "converged": True, "scf_cycles": props["scf_iterations"], "e_scf": props["scf_total_energy"],
             "e_corr": props["mp2_correlation_energy"], "e_tot": props["mp2_total_energy"],
             "nao": props["calcinfo_nbasis"], "wall_s": wall, "scf_s": timings["scf"], "mp2_s": timings["mp2"],
-            "gpu": torch.cuda.get_device_name(0), "timings": timings, "off": off, "gradient": gradient,
+            "gpu": extras.get("gpu", "?"), "timings": timings, "off": off, "gradient": gradient,
             "b_on_device": extras.get("b_on_device")}
 
 

@@ -65,13 +65,14 @@ def test_torch_gradient_matches_cpu(torch_device, name):
     assert ours.what_ran["gradient_pairs"].endswith("(fp64)")
 
 
-def test_held_b_is_read_in_place_and_dropped_with_its_array():
+def test_held_b_is_read_in_place_and_dropped_with_its_array(monkeypatch):
     """A held array's views are strided views of the one copy on the device (no transfer per launch); an
     array that is not held, or a copy of a held one, is sent; the entry goes when the host array does."""
     import gc
 
     import numpy as np
 
+    monkeypatch.delenv("MP2TRN_HOLD_B", raising=False)
     dev = TorchDevice(precision="fp64", torch_device="cpu")
     b = np.random.default_rng(3).standard_normal((7, 5 * 4))
     assert dev.hold([b]).startswith("resident in torch cpu memory")
@@ -87,6 +88,25 @@ def test_held_b_is_read_in_place_and_dropped_with_its_array():
     assert not dev._held
 
 
+def test_hold_counts_only_what_is_new_and_adds_nothing_when_told(monkeypatch):
+    """An array held already is not counted against the free memory again (the GPU's free memory has
+    shrunk by its copy); a later stage that may not add (its plan did not count B) holds nothing new; a
+    new array beyond half the free memory is sent with each launch."""
+    import numpy as np
+
+    monkeypatch.delenv("MP2TRN_HOLD_B", raising=False)
+    dev = TorchDevice(precision="fp64", torch_device="cpu")
+    b, other = np.ones((100, 1000)), np.ones((100, 1000))       # 0.8 MB each
+    monkeypatch.setattr(dev, "memory_mb", lambda: 2.0)
+    assert dev.hold([b]).endswith("sent once)") and dev.held_mb() == 0.8
+    monkeypatch.setattr(dev, "memory_mb", lambda: 1.2)              # less free now: b's copy takes some
+    assert dev.hold([b], add=False).endswith("held since the energy)")
+    assert dev.hold([other], add=False).startswith("sent with each launch") and len(dev._held) == 1
+    assert dev.hold([b, other]).startswith("sent with each launch: holding B would take 1 MB")
+    dev.close()
+    assert not dev._held and dev.held_mb() == 0.0
+
+
 @pytest.mark.parametrize("name", ["water", "hydroxyl"])
 def test_energy_and_gradient_with_b_held_equal_those_without(name, monkeypatch):
     """B held on the torch device from the energy through the gradient's sweep gives the energies and
@@ -98,10 +118,12 @@ def test_energy_and_gradient_with_b_held_equal_those_without(name, monkeypatch):
     def run():
         return mp2trn.run(molecule_path(name), gradient=True, device=TorchDevice(precision="fp64", torch_device="cpu"))
 
+    monkeypatch.delenv("MP2TRN_HOLD_B", raising=False)
+
     held = run()
     assert held.what_ran["b_on_device"].startswith("resident in torch cpu memory")
     assert held.what_ran["gradient_reused"]["B_on_device"].endswith("held since the energy)")
-    monkeypatch.setattr(TorchDevice, "hold", lambda self, arrays: "sent with each launch (test)")
+    monkeypatch.setattr(TorchDevice, "hold", lambda self, arrays, add=True: "sent with each launch (test)")
     sent = run()
     assert sent.what_ran["b_on_device"] == "sent with each launch (test)"
     assert abs(held.e_tot - sent.e_tot) < 1e-12

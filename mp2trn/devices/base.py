@@ -132,13 +132,19 @@ class Device(ABC):
         """
 
     # -- B between launches: the pair steps of the energy and of the gradient read views of the same arrays --
-    def hold(self, arrays: list[np.ndarray]) -> str:
+    def hold(self, arrays: list[np.ndarray], add: bool = True) -> str:
         """Offer host arrays (B of each spin channel, (naux, nocc·nvir)) that the pair launches to come
         read views of (:meth:`pair_energies`, :meth:`pair_densities`): a device with memory of its own may
         keep them there until :meth:`release` or until the host frees them, and read every later view
-        from its copy instead of sending it again. Returns what it did, for what-ran. The base class
-        computes in host memory: nothing to hold."""
+        from its copy instead of sending it again; arrays it holds already are not sent again, and with
+        ``add`` False nothing new is taken (a later stage whose memory plan did not count them). Returns
+        what it did, for what-ran. The base class computes in host memory: nothing to hold."""
         return "host memory (the device computes there)"
+
+    def held_mb(self) -> float:
+        """MB of the device's own memory that :meth:`hold` keeps now (part of what :meth:`memory_mb` no
+        longer counts as free)."""
+        return 0.0
 
     def release(self) -> None:
         """Free what :meth:`hold` kept."""

@@ -383,7 +383,7 @@ class NkiDevice(Device):
         out = self.launcher.launch("metric", self.kernels.metric, args, {"m_block": mb, "n_width": width})
         return self.mode.combine(out)[:, :n]
 
-    def hold(self, arrays) -> str:
+    def hold(self, arrays, add=True) -> str:
         """The pair kernels take B as contiguous blocks in their storage layout, made per launch: nothing is
         held between launches (the whole-run record's ``to_device_reusing`` counts what holding would
         save)."""

@@ -71,35 +71,45 @@ class TorchDevice(Device):
     #: at most this share of the GPU's free memory holds B (the rest for the launches' work arrays)
     HOLD_SHARE = 0.5
 
-    def hold(self, arrays):
+    def hold(self, arrays, add=True):
         """B copied to the torch device once, in the compute dtype, when it fits :attr:`HOLD_SHARE` of the
         GPU's free memory (a CPU torch device: always, a copy in host memory as a GPU's would be, the test
-        vehicle of this path); every later view of these
-        arrays (:meth:`_t`) is a strided view of the copy. An entry goes when its host array does."""
+        vehicle of this path); every later view of these arrays (:meth:`_t`) is a strided view of the copy.
+        Arrays held already are not sent again. An entry goes when its host array does."""
         if os.environ.get("MP2TRN_HOLD_B", "1") == "0":    # a benchmark's switch (scripts/bench_gpu4pyscf.py)
             return "sent with each launch (MP2TRN_HOLD_B=0)"
-        need = sum(a.size for a in arrays) * self.mode.compute.itemsize
+        new = [a for a in arrays if not self._holds(a)]
+        where = "GPU" if self.device.type == "cuda" else f"torch {self.device.type}"
+        if not new:
+            return f"resident in {where} memory ({self.held_mb():.0f} MB, held since the energy)"
+        if not add:
+            return "sent with each launch (not held by the energy)"
+        need = sum(a.size for a in new) * self.mode.compute.itemsize
         free = self.memory_mb()
         if free is not None and need > self.HOLD_SHARE * free * 1e6:
             return (f"sent with each launch: holding B would take {need / 1e6:.0f} MB, more than "
                     f"{self.HOLD_SHARE:.0%} of the GPU's {free:.0f} MB free")
-        kept_already = 0
-        for a in arrays:
-            key = id(a)
-            entry = self._held.get(key)
-            if entry is not None and entry[0]() is a:    # held since an earlier stage: not sent again
-                kept_already += 1
-                continue
+        held = self._held     # the callbacks close over the dict, not the device (no cycle through self)
+        for a in new:
             copy = self.torch.as_tensor(a, device=self.device).to(self._tdtype)
             if copy.untyped_storage().data_ptr() == a.__array_interface__["data"][0]:
                 copy = copy.clone()     # torch on the CPU would share the array: a copy, as on a GPU
-            self._held[key] = (weakref.ref(a, lambda _r, k=key: self._held.pop(k, None)), copy)
-        where = "GPU" if self.device.type == "cuda" else f"torch {self.device.type}"
-        return f"resident in {where} memory ({need / 1e6:.0f} MB, " + \
-            ("held since the energy)" if kept_already == len(arrays) else "sent once)")
+            held[id(a)] = (weakref.ref(a, lambda _r, k=id(a): held.pop(k, None)), copy)
+        return f"resident in {where} memory ({need / 1e6:.0f} MB, sent once)"
+
+    def _holds(self, a: np.ndarray) -> bool:
+        entry = self._held.get(id(a))
+        return entry is not None and entry[0]() is a
+
+    def held_mb(self) -> float:
+        return sum(copy.nbytes for _, copy in self._held.values()) / 1e6
 
     def release(self) -> None:
         self._held.clear()
+
+    def close(self) -> None:
+        self.release()
+        super().close()
 
     def _t(self, a: np.ndarray):
         """``a`` on the torch device in the compute dtype: a view of a held copy when ``a`` is a view of a

@@ -110,8 +110,11 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     spins = chans     # the energy's spin channels, checked for what the gradient differentiates
     reuse_b = kept_b is not None and comm.size == 1 and kept_b.matches(auxbasis, spins, device.storage_dtype)
     dfi = kept_b.dfi if reuse_b else build_df(mol, auxbasis)
+    device_mb = device.memory_mb()
+    if device_mb is not None:     # B held since the energy is the sweep's B (or is freed when not taken)
+        device_mb += device.held_mb()
     plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
-                                        device.storage_dtype.itemsize), max_memory, device.memory_mb())
+                                        device.storage_dtype.itemsize), max_memory, device_mb)
     timings: dict[str, float] = {}
     reused: dict[str, str] = {}
     t0 = time.perf_counter()
@@ -134,8 +137,9 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                 if isinstance(arr, np.ndarray):
                     arr[...] = 0.0
         timings["gradient_b"] = time.perf_counter() - t0
-        # B on the device for the sweep: still there from the energy when the arrays are the energy's
-        reused["B_on_device"] = device.hold(b_store.arrays) if b_store.incore else \
+        # B on the device for the sweep when the energy left it there (the plan above counted it); nothing new
+        # is held here, beyond what the plan counted
+        reused["B_on_device"] = device.hold(b_store.arrays, add=False) if b_store.incore else \
             "read from the HDF5 file strip by strip"
         t0 = time.perf_counter()
         try:
