@@ -157,7 +157,8 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true", help="put the tables into docs/benchmarks.md")
     args = parser.parse_args()
     rows = [f"Machine: {machine_description()}. Command: `python scripts/bench_freq.py "
-            f"{'--water ' if args.water else ''}{'--vitamin-c ' if args.vitamin_c else ''}`", ""]
+            f"{'--water ' if args.water else ''}{'--vitamin-c ' if args.vitamin_c else ''}"
+            f"{f'--two-rank-minutes {args.two_rank_minutes:g}' if args.two_rank_minutes else ''}".rstrip() + "`", ""]
     if args.water:
         rows += water(args.basis) + [""]
     if args.vitamin_c:
