@@ -29,7 +29,7 @@ from .devices import Device, get_device
 from .errors import InputError, NumericalError, ResourceError
 from .geometry import check_geometry
 from .df import largest_shell, make_auxmol, pyscf_fitting
-from .memory import SpinShape, budget_mb, check_budget_before_scf, peak_rss_mb, plan_blocks
+from .memory import SpinShape, budget_mb, check_budget_before_scf, peak_rss_mb, plan_blocks, return_freed_memory
 from .basis import BasisSet, MoleculeBases, atom_symbols, default_fitting, fitting_basis
 from .methods import dispersion_energy, get_method
 from .molecule import build_mole_with_bases
@@ -180,6 +180,7 @@ def compute(
     total) and the converged PySCF mean-field object. With ``comm`` over several ranks (see
     :func:`open_ranks`) every rank returns the same result, which records each rank's memory and traffic.
     ``dm0``: the SCF's initial density (a nearby geometry's, in the same basis), else PySCF's guess."""
+    return_freed_memory()   # the peak RSS follows the arrays alive, as the memory plan budgets
     if comm is not None:
         comm = device_comm(comm, device)   # on NKI devices the arrays travel in NKI collective kernels
     if options.gradient and not device.has_pair_densities:
