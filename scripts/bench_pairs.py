@@ -6,11 +6,11 @@
 Random B (the step's time does not depend on the values) of the given sizes, paired as a run pairs it
 (blocks of the memory plan's occupied block, i ≤ j over blocks): the whole step, its GEMMs alone, and so
 the elementwise reduction T·(T or Tᵀ)/D as the rest; each as counted GFLOP/s (the T GEMMs' arithmetic)
-and share of the GEMM rate measured in the same run. Beside the cpu device, the same step with its
-reduction on one thread (as before the cpu device split each row's pairs over the BLAS pool's cores), and
-a layout tried and found slower (every pair's tile contiguous). ``--threads 1`` holds every BLAS pool to
-one thread and times in this thread's CPU time, which a loaded machine disturbs far less than wall time
-(the split reduction then runs on that one thread too); without it, wall time on all the cores. A benchmark: it asserts nothing about speed; it checks
+and share of the GEMM rate measured in the same run. Beside the cpu device, a layout tried and found
+slower (every pair's tile contiguous). The reduction is NumPy elementwise work on one thread: its share
+on one thread is what it costs, and on n threads, where the GEMMs run n times faster, roughly n times
+that. ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
+loaded machine disturbs far less than wall time. A benchmark: it asserts nothing about speed; it checks
 that both layouts give the same pair sums (1e-12 relative in fp64).
 """
 
@@ -41,19 +41,6 @@ class GemmOnly(CpuDevice):
             return np.zeros((ni, ni)), None
         self.contract_aux(x_i, _as_matrix(b_j, self._dtype))
         return np.zeros((ni, b_j.shape[1])), None
-
-
-class SerialReductionCpu(CpuDevice):
-    """The cpu device's pair step with every row's reduction on the calling thread (as before issue 36)."""
-
-    def _pair_energies(self, *args):
-        import mp2trn.devices.cpu as cpu
-
-        saved, cpu.gemm_threads = cpu.gemm_threads, lambda: 1
-        try:
-            return super()._pair_energies(*args)
-        finally:
-            cpu.gemm_threads = saved
 
 
 class ContiguousTilesCpu(CpuDevice):
@@ -128,7 +115,6 @@ def main() -> None:
         dtype = np.float32 if precision == "fp32" else np.float64
         b = b64.astype(dtype)
         variants = {"cpu device": CpuDevice(precision), "its GEMMs alone": GemmOnly(precision),
-                    "reduction on one thread (before)": SerialReductionCpu(precision),
                     "tried: contiguous tiles": ContiguousTilesCpu(precision)}
         best = dict.fromkeys(list(variants) + ["gemm"], float("inf"))
         results = {}

@@ -48,13 +48,11 @@ def test_pair_sums_match_the_textbook(precision, rel):
 
 
 @pytest.mark.parametrize("threads", [2, 3])
-def test_a_row_split_over_threads_gives_the_same_sums_bit_for_bit(threads, monkeypatch):
+def test_a_row_split_over_threads_gives_the_same_sums_bit_for_bit(threads):
     """The reduction of a row split over threads: each pair's sums are made by one thread in one order, so
     they equal the one-thread sums exactly, exchange included."""
-    import mp2trn.devices.cpu as cpu
     from mp2trn.devices.cpu import _reduce_row
 
-    monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)   # split however small the tiles
     rng = np.random.default_rng(11)
     nva, nj = 9, 13
     m = rng.standard_normal((nva, nj, nva))

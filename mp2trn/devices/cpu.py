@@ -469,9 +469,8 @@ class _Fp32Copy:
         self.block, self.copy, self.nao = block, copy, nao
 
 
-#: tile elements per thread below which a row's reduction stays on the calling thread (a hand-off costs
-#: some 50 µs; 2¹⁸ elements are ~0.5 ms of the reduction's four passes)
-_MIN_ELEMENTS_PER_THREAD = 1 << 18
+#: pairs per thread below which a row's reduction stays on the calling thread (a hand-off costs ~50 µs)
+_MIN_PAIRS_PER_THREAD = 4
 
 
 @functools.lru_cache(maxsize=None)
@@ -489,7 +488,7 @@ def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os
     sums made by one thread in the same order as on one (the results do not depend on ``threads``).
     """
     nj = m.shape[1]
-    parts = min(threads, nj, m.size // _MIN_ELEMENTS_PER_THREAD)
+    parts = min(threads, nj // _MIN_PAIRS_PER_THREAD)
     if parts < 2:
         _reduce_pairs(m, e_i, e_j, e_ab, os_row, x_row, 0, nj)
         return
