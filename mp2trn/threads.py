@@ -91,17 +91,6 @@ def one_blas_pool(owner: str = "numpy") -> Iterator[list[str]]:
             lib.set_num_threads(n)
 
 
-def gemm_threads() -> int:
-    """Threads of the BLAS pool that runs mp2trn's GEMMs (NumPy's, as many as it had before mp2trn held any
-    library back): the cores mp2trn's own threaded NumPy work may use too. 1 without threadpoolctl."""
-    if ThreadpoolController is None:
-        return 1
-    mine, _ = _blas_libraries("numpy")
-    if not mine:
-        return 1
-    return int(_ORIGINAL.get(mine[0].filepath, mine[0].num_threads))
-
-
 def pool_note() -> str:
     """For the output: the BLAS pool of mp2trn's GEMMs, and the libraries a run holds to one thread."""
     if ThreadpoolController is None:
@@ -115,4 +104,4 @@ def pool_note() -> str:
     return f"NumPy's {mine[0].internal_api}, {threads} thread{'' if threads == 1 else 's'}{rest}"
 
 
-__all__ = ["gemm_threads", "one_blas_pool", "pool_note"]
+__all__ = ["one_blas_pool", "pool_note"]

@@ -45,21 +45,3 @@ def test_pair_sums_match_the_textbook(precision, rel):
             assert np.abs(x - ref_x).max() <= rel * np.abs(ref_x).max() and np.abs(ref_x).max() > 0
         else:
             assert x is None
-
-
-@pytest.mark.parametrize("threads", [2, 3])
-def test_a_row_split_over_threads_gives_the_same_sums_bit_for_bit(threads):
-    """The reduction of a row split over threads: each pair's sums are made by one thread in one order, so
-    they equal the one-thread sums exactly, exchange included."""
-    from mp2trn.devices.cpu import _reduce_row
-
-    rng = np.random.default_rng(11)
-    nva, nj = 9, 13
-    m = rng.standard_normal((nva, nj, nva))
-    e_j, e_ab = -1.0 - rng.random(nj), 1.0 + rng.random((nva, nva))
-    one = (np.zeros(nj), np.zeros(nj))
-    split = (np.zeros(nj), np.zeros(nj))
-    _reduce_row(m, -0.7, e_j, e_ab, *one, threads=1)
-    _reduce_row(m, -0.7, e_j, e_ab, *split, threads=threads)
-    assert np.array_equal(one[0], split[0]) and np.array_equal(one[1], split[1])
-    assert np.all(one[0] != 0.0)

@@ -1,15 +1,13 @@
 """``cpu``: the NumPy/BLAS reference device (fp64 by default, fp32 on request).
 
 The pair step forms T for a whole block of occupied pairs with one large GEMM (BLAS-3 at near peak),
-then reduces each pair's nv×nv tile while it is cache-resident, the pairs of a row split over the BLAS
-pool's cores; on the diagonal block only i ≤ j pairs are formed (one GEMM per row i against rows i..).
+then reduces each pair's nv×nv tile while it is cache-resident; on the diagonal block only i ≤ j pairs
+are formed (one GEMM per row i against rows i..).
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -19,7 +17,7 @@ from scipy.linalg import blas as scipy_blas
 from scipy.linalg import lapack as scipy_lapack
 
 from ..roofline import StageMeter
-from ..threads import gemm_threads, one_blas_pool
+from ..threads import one_blas_pool
 from .base import Device, PairDensities
 
 
@@ -109,18 +107,17 @@ class CpuDevice(Device):
         xx = np.zeros_like(os_) if exchange else None
         e_ab = ev_a[:, None] + ev_b[None, :] if not same else ev_a[:, None] + ev_a[None, :]
         e_ab = e_ab.astype(self._dtype)
-        threads = gemm_threads()
         if same:
             for i in range(ni):
                 rows = x_i[:, i * nva : (i + 1) * nva]
                 m = self.contract_aux(rows, x_i[:, i * nva :]).reshape(nva, ni - i, nva)
-                _reduce_row(m, e_i[i], e_j[i:], e_ab, os_[i, i:], None if xx is None else xx[i, i:], threads)
+                _reduce_row(m, e_i[i], e_j[i:], e_ab, os_[i, i:], None if xx is None else xx[i, i:])
         else:
             nj, nvb = b_j.shape[1], b_j.shape[2]
             x_j = _as_matrix(b_j, self._dtype)
             m = self.contract_aux(x_i, x_j).reshape(ni, nva, nj, nvb)
             for i in range(ni):
-                _reduce_row(m[i], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i], threads)
+                _reduce_row(m[i], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
         return os_, xx
 
     # -- the gradient's pair step ----------------------------------------------------------------------
@@ -469,45 +466,16 @@ class _Fp32Copy:
         self.block, self.copy, self.nao = block, copy, nao
 
 
-#: pairs per thread below which a row's reduction stays on the calling thread (a hand-off costs ~50 µs)
-_MIN_PAIRS_PER_THREAD = 4
-
-
-@functools.lru_cache(maxsize=None)
-def _reduction_pool(threads: int) -> ThreadPoolExecutor:
-    """The threads that share a row's reduction (one pool per process and size, made at first use)."""
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mp2trn-pairs")
-
-
-def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os_row: np.ndarray, x_row,
-                threads: int = 1) -> None:
+def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os_row: np.ndarray, x_row) -> None:
     """m: (nva, nj, nvb) = T for pairs (i, j) over j. Fill os_row[j] and x_row[j] (fp64 sums).
 
-    Elementwise NumPy work, which runs on one core; NumPy's ufuncs and einsum let go of the GIL, so the
-    pairs are split over ``threads`` threads (the BLAS pool's cores, idle between the GEMMs), each pair's
-    sums made by one thread in the same order as on one (the results do not depend on ``threads``).
+    One preallocated nva×nvb buffer holds W = T / D for each pair in turn, so every pair's work stays
+    in cache (measured 2-3x faster than fresh temporaries or a row-vectorised 3-D form).
     """
-    nj = m.shape[1]
-    parts = min(threads, nj // _MIN_PAIRS_PER_THREAD)
-    if parts < 2:
-        _reduce_pairs(m, e_i, e_j, e_ab, os_row, x_row, 0, nj)
-        return
-    edges = np.linspace(0, nj, parts + 1).astype(int)
-    jobs = [_reduction_pool(threads).submit(_reduce_pairs, m, e_i, e_j, e_ab, os_row, x_row, j0, j1)
-            for j0, j1 in zip(edges[:-1], edges[1:])]
-    for job in jobs:
-        job.result()
-
-
-def _reduce_pairs(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os_row: np.ndarray, x_row,
-                  j0: int, j1: int) -> None:
-    """Pairs j0:j1 of :func:`_reduce_row`. One preallocated nva×nvb buffer holds W = T / D for each pair in
-    turn, so every pair's work stays in cache (measured 2-3x faster than fresh temporaries or a
-    row-vectorised 3-D form)."""
     dt = m.dtype.type
     acc = None if dt is np.float64 else np.float64
     w = np.empty(e_ab.shape, dtype=m.dtype)
-    for j in range(j0, j1):
+    for j in range(m.shape[1]):
         t = m[:, j, :]
         np.subtract(dt(e_i + e_j[j]), e_ab, out=w)
         np.divide(t, w, out=w)
