@@ -202,7 +202,13 @@ def plan_panels(nk, nm, N, x3, m_block=0, budget=0):
         if width > max(N, 1) and width != NFMAX:
             continue
         fixed = 2 * nk * width * b_bytes + 2 * outs * 4 * width * FP32
-        mb = m_block or max(1, (budget - fixed) // (nk * MFMAX * a_bytes))
+        # per M tile of the panel: its A columns (all K tiles) and its staged output row block ("res_panel",
+        # width fp32 per partition per output, two alive: the chunk being stored and the next), which with
+        # few K tiles outweighs the A columns
+        a_tile, stage_tile = nk * MFMAX * a_bytes, 2 * outs * width * FP32
+        mb = m_block or max(1, (budget - fixed) // (a_tile + stage_tile))
+        if not m_block and mb < nm:    # several panels: the next is loaded while the last is still alive
+            mb = max(1, (budget - fixed) // (2 * a_tile + stage_tile))
         panels = -(-nm // mb)
         key = (panels, -width)
         if key < best[0]:

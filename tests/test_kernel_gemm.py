@@ -72,3 +72,24 @@ def test_split_hi_is_exact_bf16_on_a_shared_grid():
     assert np.array_equal(n, np.rint(n)) and np.max(np.abs(n)) <= 2 ** beta
     assert np.max(np.abs(hi + lo - x) / np.abs(x).max(axis=0)) < 2.0 ** -(24 + beta - 1)
     assert full.dtype == np.float32 and 200 * 2 ** (2 * beta) <= 2 ** 24
+
+
+@pytest.mark.parametrize("kernel", ["gemm", "gemm_x3"])
+def test_a_short_wide_stationary_operand_fits_trn1_sbuf(kernel):
+    """Few K tiles and many M tiles (the Z-vector's products on Inosine: K 256, M 17 536, N 256): the panel
+    plan counts each M tile's staged output beside its A columns, so the launch fits trn1's SBUF (it
+    allocated 2 × 137 KiB per partition of 176 KiB before)."""
+    from mp2trn.kernels.tiles import plan_panels
+
+    k, m, n = 256, 17536, 256
+    rng = np.random.default_rng(5)
+    a_t, b = rng.standard_normal((k, m)), rng.standard_normal((k, n))
+    if kernel == "gemm":
+        c, _ = run(gemm, a_t.astype(np.float32), b.astype(np.float32), target="trn1")
+        assert np.max(np.abs(c - gemm_reference(a_t, b))) <= 8 * np.sqrt(k) * EPS32 * bound(a_t, b)
+    else:
+        beta = beta_for(k)
+        (c_exact, c_rest), _ = run(gemm_x3, *split(a_t, 0, beta), *split(b, 0, beta, with_full=True), target="trn1")
+        assert np.max(np.abs(c_exact.astype(np.float64) + c_rest - gemm_reference(a_t, b))) <= \
+            8 * np.sqrt(k) * EPS32 * 2.0 ** -beta * bound(a_t, b)
+    assert plan_panels(2, 137, n, kernel == "gemm_x3")[0] < 137
