@@ -30,6 +30,13 @@ class PairDensities(NamedTuple):
     p_vir_k: np.ndarray | None     #: (nvb, nvb): Σ_ika τ_ik^ab t̃_ik^ab' (when asked)
 
 
+def root_array(a: np.ndarray) -> np.ndarray:
+    """The array a view (a reshape) was made from: a view of a kept or held array is that array."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
 class Device(ABC):
     """A backend that runs the tensor stages. ``name`` is what the user asked for and what ran.
 

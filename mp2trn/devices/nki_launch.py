@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceUnavailableError, KernelConstraintError
+from .base import root_array
 
 #: pipeline stage -> kernel(s) that implement it
 STAGES = ("scf_jk", "ao_to_mo", "metric", "pairs", "comm",   # comm: collectives between ranks
@@ -158,8 +159,8 @@ class Launcher:
         self._kept.clear()
 
     def _is_kept(self, a: np.ndarray) -> bool:
-        ref = self._kept.get(id(_root(a)))
-        return ref is not None and ref() is _root(a)
+        ref = self._kept.get(id(root_array(a)))
+        return ref is not None and ref() is root_array(a)
 
     def _count_transfers(self, stage: str, inputs: list, out) -> None:
         """Add a launch's host->device bytes (its array inputs; a kept array only at its first launch) and
@@ -167,7 +168,7 @@ class Launcher:
         to_device = to_host = first_use = 0
         for a in inputs:
             if isinstance(a, np.ndarray):
-                root = _root(a)
+                root = root_array(a)
                 key = (id(root), a.__array_interface__["data"][0], a.nbytes)
                 ref = self._on_device.get(key)
                 seen = ref is not None and ref() is root
@@ -318,13 +319,6 @@ class EmulatorLauncher(Launcher):
         }
 
 
-def _root(a: np.ndarray) -> np.ndarray:
-    """The array a view (a reshape) was made from: a view of a kept array is that array."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
-
 def compile_signature(name: str, args: tuple, kwargs: dict) -> tuple:
     """What the NKI compiler specialises a kernel on: array shapes and dtypes, and the other arguments'
     values (compile-time constants)."""
@@ -408,7 +402,7 @@ class NeuronLauncher(Launcher):
             return a
         if not self._is_kept(a):
             return self._copy_to_device(a)
-        root = _root(a)
+        root = root_array(a)
         if a.nbytes != root.nbytes or a.__array_interface__["data"][0] != root.__array_interface__["data"][0]:
             return self._copy_to_device(a)   # a part of a kept array: sent as it is
         if id(root) not in self._resident:   # HBM keeps it: the kept array's only host -> device copy

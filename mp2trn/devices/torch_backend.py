@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceUnavailableError
-from .base import Device, PairDensities
+from .base import Device, PairDensities, root_array
 
 
 def import_torch():
@@ -111,29 +111,26 @@ class TorchDevice(Device):
         self.release()
         super().close()
 
-    def _t(self, a: np.ndarray):
-        """``a`` on the torch device in the compute dtype: a view of a held copy when ``a`` is a view of a
-        held array (no transfer), else a copy."""
+    def _t(self, a: np.ndarray, dtype=None):
+        """``a`` on the torch device in the compute dtype (or ``dtype``): a view of a held copy when ``a`` is
+        a view of a held array (no transfer), else a copy."""
         a = np.asarray(a)
-        root = a
-        while isinstance(root.base, np.ndarray):
-            root = root.base
+        root = root_array(a)
         entry = self._held.get(id(root))
-        if entry is not None and entry[0]() is root and a.dtype == root.dtype:
+        if dtype is None and entry is not None and entry[0]() is root and a.dtype == root.dtype:
             offset, rem = divmod(a.__array_interface__["data"][0] - root.__array_interface__["data"][0], a.itemsize)
             if rem == 0 and all(st % a.itemsize == 0 for st in a.strides):
                 return self.torch.as_strided(entry[1], a.shape, [st // a.itemsize for st in a.strides], offset)
-        return self.torch.as_tensor(a, device=self.device).to(self._tdtype)
+        return self.torch.as_tensor(a, device=self.device).to(dtype or self._tdtype)
 
     def ao_to_mo(self, ao, c_occ, c_vir):
         """In fp64 in every precision, as on the cpu device: the transform's cancellation (|C| up to ~10)
         is where fp32 loses most of its accuracy (docs/precision.md), and a GPU's fp64 GEMMs cost this
         O(N⁴) step little beside the fp32 pair step."""
-        torch = self.torch
-        f64 = lambda a: torch.as_tensor(np.asarray(a), device=self.device).to(torch.float64)   # noqa: E731
+        f64 = self.torch.float64
         p, nao, _ = ao.shape
-        half = (f64(ao).reshape(p * nao, nao) @ f64(c_occ)).reshape(p, nao, -1)
-        out = torch.matmul(half.transpose(1, 2), f64(c_vir))
+        half = (self._t(ao, f64).reshape(p * nao, nao) @ self._t(c_occ, f64)).reshape(p, nao, -1)
+        out = self.torch.matmul(half.transpose(1, 2), self._t(c_vir, f64))
         return out.cpu().numpy().astype(self.storage_dtype, copy=False)
 
     def metric_solve(self, l_chol, v):
