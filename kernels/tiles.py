@@ -218,6 +218,19 @@ def plan_panels(nk, nm, N, x3, m_block=0, budget=0):
     return best[1], best[2]
 
 
+def k_tiles_that_fit(nm, N, x3, budget=0):
+    """The most K tiles one ``gemm``/``gemm_x3`` launch can take: a panel of one M tile (all K tiles; two
+    alive when there are several panels), the B chunk as wide as the kernel streams it (double-buffered)
+    and the staged output row block must fit the SBUF budget. A longer contraction is split over launches by
+    the host, whose fp64 sum of their outputs is the product."""
+    a_bytes = b_bytes = 10 if x3 else FP32
+    outs = 2 if x3 else 1
+    budget = budget or sbuf_budget()
+    nsz = min(max(N, 1), NFMAX)
+    per_k = 2 * nsz * b_bytes + (2 if nm > 1 else 1) * MFMAX * a_bytes
+    return max(1, (budget - 2 * outs * nsz * FP32) // per_k)
+
+
 def column_views(tile_list, c0, csz):
     """Columns c0:c0+csz of every plane of every K tile (views, no copies)."""
     return [tuple(p[:, c0:c0 + csz] for p in planes) for planes in tile_list]

@@ -101,3 +101,27 @@ def test_neuron_compile_cache_counts_misses_then_hits(fake_xla):
     assert first["misses"] == reports[0]["compiles"] > 0 and first["hits"] == 0
     assert second["hits"] == reports[1]["compiles"] and second["misses"] == 0
     assert reports[0]["compiles_by_stage"] == {"ao_to_mo": 1, "metric": 1, "pairs": 1}
+
+
+def test_neuron_holds_b_and_slices_its_blocks_in_hbm(fake_xla, monkeypatch):
+    """With B held, the neuron launcher copies it to the XLA device once and hands the pair kernel slices of
+    that tensor (zero-padded as the host would pad them): the energy equals the sim device's."""
+    call, _ = fake_xla
+    monkeypatch.delenv("MP2TRN_HOLD_B", raising=False)
+    mf = scf_for("water", "cc-pvdz")
+    dev = get_device("neuron", "fp32")
+    dev.launcher.call = call
+    stage, copies = [None], []
+    real_launch, real_copy = dev.launcher.launch, dev.launcher._copy_to_device
+    monkeypatch.setattr(dev.launcher, "launch", lambda st, *a, **k: stage.__setitem__(0, st) or real_launch(st, *a, **k))
+    monkeypatch.setattr(dev.launcher, "_copy_to_device", lambda a: copies.append((stage[0], a.shape)) or real_copy(a))
+    monkeypatch.setattr(dev, "occ_block_limit", lambda *a, **k: 3)   # several blocks: slices, one padded
+    pt = mp2trn.DFMP2(mf, device=dev).run()
+    sim = mp2trn.DFMP2(mf, device="sim", precision="fp32").run()
+    assert pt.result.what_ran["b_on_device"].startswith("resident in device memory")
+    assert pt.result.what_ran["pair_blocks"] > 1
+    assert pt.e_corr == pytest.approx(sim.e_corr, abs=1e-12)
+    naux, nocc, nvir = (pt.result.sizes[k] for k in ("naux", "nocc", "nvir"))
+    sent = [shape for st, shape in copies if st == "pairs"]
+    assert sent.count((naux, nocc * nvir)) == 1                     # B itself, once
+    assert all(shape[0] != naux for shape in sent if shape != (naux, nocc * nvir))   # no block of it

@@ -151,3 +151,45 @@ def test_transfers_and_cost_since_a_checkpoint():
     assert two["host_device_bytes"] == later
     assert two["total"]["trn1"]["modeled_time_s"] == pytest.approx(2 / 3 * one["total"]["trn1"]["modeled_time_s"])
     assert get_device("cpu", "fp64").transfer_record() is None
+
+
+def test_held_b_is_sent_once_and_sliced_on_the_device(monkeypatch):
+    """B held in HBM: the energy's and the gradient's pair launches read blocks sliced from the one copy, so
+    B's bytes travel once (as launched = counted once); results equal those of sending every block (the
+    kernels see the same numbers), and what-ran says where B was."""
+    def run():
+        return mp2trn.run(molecule_path("water"), gradient=True, device="sim", precision="fp32")
+
+    monkeypatch.delenv("MP2TRN_HOLD_B", raising=False)
+    held = run()
+    assert held.what_ran["b_on_device"].startswith("resident in device memory")
+    assert held.what_ran["gradient_reused"]["B_on_device"].endswith("held since the energy)")
+    monkeypatch.setenv("MP2TRN_HOLD_B", "0")
+    sent = run()
+    assert sent.what_ran["b_on_device"] == "sent with each launch (MP2TRN_HOLD_B=0)"
+    assert held.e_tot == sent.e_tot and np.array_equal(held.gradient, sent.gradient)
+    moved, moved_sent = held.cost["host_device_bytes"], sent.cost["host_device_bytes"]
+    nb = held.sizes["naux"] * held.sizes["nocc"] * held.sizes["nvir"] * 4       # B in fp32, bytes
+    pairs = moved["pairs"]["to_device"] + moved["grad_pairs"]["to_device"]
+    assert pairs - moved_sent["pairs"]["to_device"] - moved_sent["grad_pairs"]["to_device"] < -nb // 2
+    # what the held path sends for the pair stages: B once plus the small energy vectors per launch
+    assert nb <= pairs < nb * 1.2
+
+
+def test_hold_follows_the_budget_and_the_precision(monkeypatch):
+    """Nothing new is held when told not to add, beyond the HBM share, or in fp32x3 (planes split on the
+    host); held arrays are dropped by release and with their host arrays."""
+    monkeypatch.delenv("MP2TRN_HOLD_B", raising=False)
+    dev = get_device("sim", "fp32")
+    b = np.ones((8, 12), np.float32)
+    assert dev.hold([b], add=False) == "sent with each launch (not held by the energy)"
+    assert dev.hold([b]).endswith("sent once)") and dev.held_mb() == b.nbytes / 1e6
+    assert dev.hold([b], add=False).endswith("held since the energy)")
+    monkeypatch.setattr(type(dev), "hbm_mb", lambda self: 1e-4)
+    assert dev.hold([np.ones((8, 12), np.float32)]).startswith("sent with each launch: holding B would take")
+    dev.release()
+    assert dev.held_mb() == 0.0 and not dev.launcher._kept
+    assert get_device("sim", "fp32x3").hold([b]).startswith("sent with each launch (the fp32x3")
+    dev.hold([b])
+    del b
+    assert dev.held_mb() == 0.0

@@ -10,7 +10,7 @@ from pyscf import gto, scf
 
 import mp2trn
 from mp2trn.devices import get_device
-from mp2trn.devices.nki_device import SIGNATURE_BOUND
+from mp2trn.devices.nki_device import SIGNATURE_BOUND, _response_kernel
 from mp2trn.grad import cpks, dfmp2
 from mp2trn.grad.orbitals import channels
 from mp2trn.orbitals import select_frozen
@@ -146,3 +146,28 @@ def test_device_zvector_that_stalls_is_solved_again_on_the_host_and_recorded(sys
     assert "fp32 products on sim did not converge" in got.fallback and want.fallback is None
     for a, b in zip(got.p_relaxed, want.p_relaxed):
         assert np.max(np.abs(a - b)) < 1e-5 * np.max(np.abs(b))
+
+
+@pytest.mark.parametrize("precision, tol", [("fp32", 1e-6), ("fp32x3", 1e-8)])
+def test_a_contraction_longer_than_sbuf_holds_is_split_over_launches(precision, tol):
+    """The response's products contract over naux·nvir rows: past what one M tile's panel holds in SBUF
+    (Vitamin C/cc-pVDZ's 165 888 rows stopped the whole-run benchmark), the device splits K over launches
+    and adds them in fp64; one launch of the whole K breaks the capacity rule."""
+    from mp2trn.errors import KernelConstraintError
+
+    dev = get_device("sim", precision)
+    m, n = 130, 8
+    rows = dev.plan.gemm_k_rows(m, n)
+    rng = np.random.default_rng(3)
+    a_t, b = rng.normal(size=(rows + 300, m)), rng.normal(size=(rows + 300, n))
+    ref = a_t.T @ b
+    out = dev.response_gemm(dev.response_operand(a_t), b)
+    assert dev.launcher.launches["zvector"] == 2
+    # relative to Σ_k |a_k||b_k| (random signs cancel): fp32 rounding, and 2^-β of it compensated
+    assert np.max(np.abs(out - ref) / (np.abs(a_t).T @ np.abs(b))) < tol
+    big = get_device("sim", precision)
+    too_long = np.concatenate([a_t] * 3)
+    with pytest.raises(KernelConstraintError, match="capacity"):
+        big.launcher.launch("zvector", _response_kernel(big.mode.compensated),
+                            (*big.mode.split_operand(too_long, axis=0, moving=False),
+                             *big.mode.split_operand(np.concatenate([b] * 3), axis=0, moving=True)), {})

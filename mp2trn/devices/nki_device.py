@@ -28,6 +28,7 @@ pair step runs in fp32 in every mode (no compensated planes for ``mp2_density``;
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..nkiemu.targets import DEFAULT_TARGET
-from .base import Device, PairDensities
+from .base import Device, PairDensities, root_array
 from .nki_launch import Launcher, make_launcher
 
 F32 = np.float32
@@ -106,6 +107,14 @@ class LaunchPlan:
         nt = -(-naux // 128)
         mb, width = plan_panels(nt, nt, ncol, self.x3, self.overrides.get("m_block"), self.budget)
         return int(mb), int(width)
+
+    def gemm_k_rows(self, m: int, n: int) -> int:
+        """Contraction rows per ``gemm``/``gemm_x3`` launch for a (K, m)ᵀ·(K, n) product
+        (:func:`kernels.tiles.k_tiles_that_fit`): the Z-vector's products contract over naux·nvir rows, more
+        than one M tile's panel holds in SBUF on Vitamin C/cc-pVDZ already."""
+        from ..kernels.tiles import k_tiles_that_fit
+
+        return 128 * int(k_tiles_that_fit(-(-m // 128), n, self.x3, self.budget))
 
     def occ_block(self, naux: int, nvir: int) -> int:
         """Occupied orbitals per host pair block: a launch covers all pairs of two such blocks; the I
@@ -206,6 +215,8 @@ class NkiDevice(Device):
         self._linv_key = None
         self._linv = None
         self._rows: dict[tuple, int] = {}   # the padded size of each bucketed dimension (see _bucket)
+        #: B arrays held in device memory (:meth:`hold`): id -> weakref
+        self._held: dict[int, weakref.ref] = {}
 
     # -- interface ----------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -383,11 +394,64 @@ class NkiDevice(Device):
         out = self.launcher.launch("metric", self.kernels.metric, args, {"m_block": mb, "n_width": width})
         return self.mode.combine(out)[:, :n]
 
+    #: the share of the NeuronCore's HBM (:meth:`memory_mb`) that B may take when held
+    HOLD_SHARE = 0.5
+
     def hold(self, arrays, add=True) -> str:
-        """The pair kernels take B as contiguous blocks in their storage layout, made per launch: nothing is
-        held between launches (the whole-run record's ``to_device_reusing`` counts what holding would
-        save)."""
-        return "sent with each launch (the pair kernels take contiguous blocks of B)"
+        """B kept in HBM from the energy's pair step through the gradient's sweep: sent once, every block a
+        pair kernel reads is then sliced (and zero-padded) from the device copy (:meth:`Launcher.derive`;
+        the ``neuron`` launcher slices its XLA tensor, the emulator counts the bytes once). Only in fp32:
+        the fp32x3 pair kernel takes each block as planes split on the host."""
+        if os.environ.get("MP2TRN_HOLD_B", "1") == "0":    # a benchmark's switch, as on the torch device
+            return "sent with each launch (MP2TRN_HOLD_B=0)"
+        new = [a for a in arrays if not self._holds(a)]
+        if not new:
+            return f"resident in device memory ({self.held_mb():.0f} MB, held since the energy)"
+        if not add:
+            return "sent with each launch (not held by the energy)"
+        if self.mode.compensated or any(a.dtype != F32 or a.ndim != 2 for a in new):
+            return "sent with each launch (the fp32x3 pair kernel takes each block as planes split on the host)"
+        need = sum(a.nbytes for a in new) + self.held_mb() * 1e6
+        hbm_mb = self.hbm_mb()
+        if need > self.HOLD_SHARE * hbm_mb * 1e6:
+            return (f"sent with each launch: holding B would take {need / 1e6:.0f} MB, more than "
+                    f"{self.HOLD_SHARE:.0%} of the NeuronCore's {hbm_mb:.0f} MB of HBM")
+        held = self._held    # the callbacks close over the dict, not the device
+        for a in new:
+            self.launcher.keep(a)
+            held[id(a)] = weakref.ref(a, lambda _r, k=id(a): held.pop(k, None))
+        return f"resident in device memory ({sum(a.nbytes for a in new) / 1e6:.0f} MB, sent once)"
+
+    def hbm_mb(self) -> float:
+        """The HBM of the one NeuronCore a run uses (:data:`HBM_PER_CORE_GIB`), MB: the ``neuron`` device's
+        memory, and what the ``sim`` device models."""
+        return HBM_PER_CORE_GIB[self.target] * 2 ** 30 / 1e6
+
+    def _holds(self, a: np.ndarray) -> bool:
+        ref = self._held.get(id(a))
+        return ref is not None and ref() is a
+
+    def held_mb(self) -> float:
+        return sum(a.nbytes for a in (r() for r in list(self._held.values())) if a is not None) / 1e6
+
+    def release(self) -> None:
+        self.launcher.drop(*(a for a in (r() for r in list(self._held.values())) if a is not None))
+        self._held.clear()
+
+    def _b_argument(self, b: np.ndarray, n: int, dtype) -> np.ndarray:
+        """A pair kernel's B argument: the (naux, k, nv) block ``b`` as a C-contiguous (naux, n·nv) array in
+        ``dtype``, zero-padded to n orbitals. When ``b`` is a column range of a held B, the device makes the
+        argument from its copy (no host transfer)."""
+        naux, k, nv = b.shape
+        arg = np.zeros((naux, n * nv), dtype)
+        arg[:, :k * nv] = b.reshape(naux, k * nv)
+        root = root_array(b)
+        if self._holds(root) and root.dtype == arg.dtype and k and b.strides == (root.strides[0], nv * b.itemsize,
+                                                                                    b.itemsize):
+            col0, rest = divmod(b.__array_interface__["data"][0] - root.__array_interface__["data"][0], b.itemsize)
+            if not rest and 0 <= col0 < root.shape[1]:
+                self.launcher.derive(arg, root, col0, k * nv)
+        return arg
 
     # -- stage 3: pair energies ----------------------------------------------------------------------
     def pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
@@ -398,13 +462,14 @@ class NkiDevice(Device):
         # occupied blocks padded to the largest of their kind: zero B rows give T = 0 (nothing added);
         # their orbital energy −1 Eh keeps every denominator finite
         ni = self._bucket(("pairs_i", same, naux, nva), ni0)
-        b_i, e_i = _pad_occ(b_i, e_i, ni)
-        bi = np.ascontiguousarray(b_i, dtype=self.storage_dtype).reshape(naux, ni * nva)
+        bi = self._b_argument(b_i, ni, self.storage_dtype)
+        e_i = _pad_energies(e_i, ni)
         if same:
             bj, e_j, ev_b = bi, e_i, ev_a
         else:
-            b_j, e_j = _pad_occ(b_j, e_j, self._bucket(("pairs_j", naux, b_j.shape[2]), nj0))
-            bj = np.ascontiguousarray(b_j, dtype=self.storage_dtype).reshape(naux, -1)
+            nj = self._bucket(("pairs_j", naux, b_j.shape[2]), nj0)
+            bj = self._b_argument(b_j, nj, self.storage_dtype)
+            e_j = _pad_energies(e_j, nj)
         nj, nvb = len(e_j), len(ev_b)
         consts = (np.asarray(ev_a, dtype=F32).reshape(nva, 1),
                   (-np.asarray(e_i, dtype=np.float64)).astype(F32).reshape(1, ni),
@@ -434,11 +499,22 @@ class NkiDevice(Device):
         return planes
 
     def response_gemm(self, a_t, b, stage="zvector"):
+        """One launch per :meth:`LaunchPlan.gemm_k_rows` rows of the contraction (row ranges of the kept
+        planes: slices in device memory), their products added in fp64 on the host. A stationary plane split
+        for the whole K has a grid no finer than one split for a part of it, so the compensated products of
+        a part stay exact (mp2trn.precision)."""
         planes = a_t if isinstance(a_t, tuple) else self.mode.split_operand(np.asarray(a_t, dtype=np.float64),
                                                                             axis=0, moving=False)
-        moving = self.mode.split_operand(np.asarray(b, dtype=np.float64), axis=0, moving=True)
-        out = self.launcher.launch(stage, _response_kernel(self.mode.compensated), (*planes, *moving), {})
-        return np.asarray(self.mode.combine(out), dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        k, m = planes[0].shape
+        rows = self.plan.gemm_k_rows(m, b.shape[1])
+        kernel = _response_kernel(self.mode.compensated)
+        out = np.zeros((m, b.shape[1]))
+        for k0 in range(0, k, rows):
+            moving = self.mode.split_operand(b[k0:k0 + rows], axis=0, moving=True)
+            part = self.launcher.launch(stage, kernel, (*(p[k0:k0 + rows] for p in planes), *moving), {})
+            out += self.mode.combine(part)
+        return out
 
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True
@@ -468,9 +544,9 @@ class NkiDevice(Device):
                              f"(every MP2, SCS- and SOS-MP2 spin case); got c_direct={c_direct}, c_exch={c_exch}")
         exchange = c_exch != 0.0
         nk = self._bucket(("grad_pairs_k", naux, ni, nva, nvb, exchange), nk0)
-        b_k, e_k = _pad_occ(b_k, e_k, nk)
-        ba = np.ascontiguousarray(b_all, dtype=F32).reshape(naux, ni * nva)
-        bk = np.ascontiguousarray(b_k, dtype=F32).reshape(naux, nk * nvb)
+        e_k = _pad_energies(e_k, nk)
+        ba = self._b_argument(b_all, ni, F32)
+        bk = self._b_argument(b_k, nk, F32)
         consts = (np.asarray(ev_all, dtype=F32).reshape(nva, 1),
                   (-np.asarray(e_all, dtype=np.float64)).astype(F32).reshape(1, ni),
                   (np.asarray(ev_k, np.float64)[None, :] - np.asarray(e_k, np.float64)[:, None]).astype(F32))
@@ -498,13 +574,10 @@ def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([a, np.zeros((rows - a.shape[0], *a.shape[1:]), dtype=a.dtype)])
 
 
-def _pad_occ(b: np.ndarray, e: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """B (naux, nocc, nv) and occupied energies padded to ``n`` orbitals (zero B, energy −1 Eh)."""
-    k = b.shape[1]
-    if k >= n:
-        return b, np.asarray(e)
-    pad = np.zeros((b.shape[0], n - k, b.shape[2]), dtype=b.dtype)
-    return np.concatenate([b, pad], axis=1), np.concatenate([np.asarray(e, dtype=np.float64), -np.ones(n - k)])
+def _pad_energies(e: np.ndarray, n: int) -> np.ndarray:
+    """Occupied energies padded to ``n`` orbitals with −1 Eh (the padded orbitals' B is zero)."""
+    e = np.asarray(e, dtype=np.float64)
+    return e if len(e) >= n else np.concatenate([e, -np.ones(n - len(e))])
 
 
 def _compensated():
@@ -572,7 +645,7 @@ class NeuronDevice(NkiDevice):
     def memory_mb(self) -> float | None:
         """The device memory of the one NeuronCore a run uses: the chip's HBM shared by its cores
         (:data:`HBM_PER_CORE_GIB`); the SCF tensor's copy and the gradient's strips are planned to fit it."""
-        return HBM_PER_CORE_GIB[self.target] * 2 ** 30 / 1e6
+        return self.hbm_mb()
 
     def computes_on_host_cores(self) -> bool:
         return False     # the kernels run on the NeuronCore: the host makes its next integral block meanwhile

@@ -116,6 +116,9 @@ class Launcher:
         self._on_device: dict[tuple, weakref.ref] = {}
         #: arrays the device keeps in its memory across launches (the SCF tensor's blocks): id -> weakref
         self._kept: dict[int, weakref.ref] = {}
+        #: launch arguments the device makes from a kept 2-D array's columns (:meth:`derive`):
+        #: id -> (weakref to the argument, the kept array, first column, columns)
+        self._derived: dict[int, tuple[weakref.ref, np.ndarray, int, int]] = {}
         self.walls: dict[str, list[float]] = defaultdict(list)   # wall seconds of each launch per stage
 
     def launch(self, stage: str, kernel, args: tuple, kwargs: dict | None = None):
@@ -153,10 +156,39 @@ class Launcher:
         ``neuron`` launcher holds the device tensor; every launcher counts the bytes to the device once."""
         for a in arrays:
             self._kept[id(a)] = weakref.ref(a, lambda _r, k=id(a): self._kept.pop(k, None))
+            # what an earlier launch sent of it is no copy to keep (the host may have written the array
+            # since, as B's metric solve does in place): the first launch from now on sends it
+            for key in [k for k in self._on_device if k[0] == id(a)]:
+                del self._on_device[key]
 
     def drop_kept(self) -> None:
         """Free the arrays kept in device memory (after the SCF)."""
         self._kept.clear()
+
+    def drop(self, *arrays: np.ndarray) -> None:
+        """Free these kept arrays only (B when the gradient is done with it)."""
+        for a in arrays:
+            ref = self._kept.get(id(a))
+            if ref is not None and ref() is a:
+                del self._kept[id(a)]
+
+    def derive(self, arg: np.ndarray, kept: np.ndarray, col0: int, ncols: int) -> None:
+        """Say that the launch argument ``arg`` (2-D, C-contiguous) is columns [col0, col0 + ncols) of the
+        kept 2-D array ``kept``, zero-padded on the right to ``arg``'s width: the device makes it from its
+        copy of ``kept`` (a slice in device memory) instead of receiving it from the host. The emulator runs
+        on ``arg`` itself; the transfer records count ``kept``'s bytes once, at its first such launch."""
+        if not self._is_kept(kept) or kept.ndim != 2 or arg.ndim != 2 or arg.shape[0] != kept.shape[0] \
+                or not 0 <= col0 <= col0 + ncols <= min(kept.shape[1], col0 + arg.shape[1]):
+            raise ValueError("derive: the argument must be a column range of a kept 2-D array")
+        derived = self._derived   # the callback closes over the dict, not the launcher
+        derived[id(arg)] = (weakref.ref(arg, lambda _r, k=id(arg): derived.pop(k, None)), kept, col0, ncols)
+
+    def _derivation(self, a: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+        """(kept array, first column, columns) when ``a`` is made on the device from a kept array."""
+        entry = self._derived.get(id(a))
+        if entry is None or entry[0]() is not a or not self._is_kept(entry[1]):
+            return None
+        return entry[1:]
 
     def _is_kept(self, a: np.ndarray) -> bool:
         ref = self._kept.get(id(root_array(a)))
@@ -168,6 +200,9 @@ class Launcher:
         to_device = to_host = first_use = 0
         for a in inputs:
             if isinstance(a, np.ndarray):
+                made = self._derivation(a)
+                if made is not None:   # sliced from its kept array in device memory: that array is sent once
+                    a = made[0]
                 root = root_array(a)
                 key = (id(root), a.__array_interface__["data"][0], a.nbytes)
                 ref = self._on_device.get(key)
@@ -400,14 +435,23 @@ class NeuronLauncher(Launcher):
     def _to_device(self, a):
         if not isinstance(a, np.ndarray):
             return a
+        made = self._derivation(a)
+        if made is not None:   # columns of a kept array, sliced and zero-padded in HBM: no host transfer
+            kept, c0, n = made
+            part = self._to_device(kept)[:, c0:c0 + n]
+            if a.shape[1] > n:
+                part = self._torch.nn.functional.pad(part, (0, a.shape[1] - n))
+            return part.contiguous()
         if not self._is_kept(a):
             return self._copy_to_device(a)
         root = root_array(a)
-        if a.nbytes != root.nbytes or a.__array_interface__["data"][0] != root.__array_interface__["data"][0]:
-            return self._copy_to_device(a)   # a part of a kept array: sent as it is
+        if not (a.flags.c_contiguous and root.flags.c_contiguous):
+            return self._copy_to_device(a)   # a strided part of a kept array: sent as it is
         if id(root) not in self._resident:   # HBM keeps it: the kept array's only host -> device copy
             self._resident[id(root)] = self._copy_to_device(root)
-        return self._resident[id(root)].reshape(a.shape)   # a reshaped view of it: the same device tensor
+        # a contiguous part (a reshape, a range of rows): the same elements of the device tensor
+        first = (a.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // root.itemsize
+        return self._resident[id(root)].reshape(-1)[first:first + a.size].reshape(a.shape)
 
     def _copy_to_device(self, a: np.ndarray):
         torch = self._torch
