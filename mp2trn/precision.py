@@ -45,16 +45,28 @@ def beta_for(k: int) -> int:
 
 
 def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
-    """Split fp64 ``x`` along the contraction ``axis`` into (hi bf16, lo fp32[, x fp32])."""
+    """Split fp64 ``x`` along the contraction ``axis`` into (hi bf16, lo fp32[, x fp32]).
+
+    hi is rounded to the grid from fp32(x) in fp32 (power-of-two scalings, exact): any point of the grid
+    within about g/2 of x will do, since lo = fp32(x − hi) is taken from the fp64 x. hi/g is an integer of
+    at most β ≤ 8 bits, so its fp32 bit pattern's upper half is its bfloat16 one (no rounding). In fp32 and
+    with that conversion the split takes about a third of the time of the fp64 one with NumPy's bfloat16
+    cast: the SCF's compensated builds split the whole tensor, twice, on the host."""
     x = np.asarray(x, dtype=np.float64)
-    m = np.max(np.abs(x), axis=axis, keepdims=True)
-    _, e = np.frexp(np.where(m > 0, m, 1.0))          # m = f·2^e, 0.5 ≤ f < 1  ->  2^e > m
-    g = np.ldexp(1.0, (e - beta).astype(np.int32))
-    hi = np.rint(x / g) * g                           # x/g exact (power-of-two scaling)
-    lo = (x - hi).astype(np.float32)
+    x32 = x.astype(np.float32)
+    m = np.max(np.abs(x32), axis=axis, keepdims=True)
+    _, e = np.frexp(np.where(m > 0, m, np.float32(1.0)))      # m = f·2^e, 0.5 ≤ f < 1  ->  2^e > m
+    g = np.ldexp(np.float32(1.0), (e - beta).astype(np.int32)).astype(np.float32)
+    hi = np.multiply(x32, np.ldexp(np.float32(1.0), (beta - e).astype(np.int32)).astype(np.float32))
+    np.rint(hi, out=hi)
+    hi *= g
+    lo = np.empty(x.shape, np.float32)
+    np.subtract(x, hi, out=lo, casting="same_kind")             # in fp64, rounded once to fp32
+    hi16 = np.empty(x.shape, BF16)                               # owns its memory (no view of a temporary)
+    np.right_shift(hi.view(np.uint32), 16, out=hi16.view(np.uint16), casting="unsafe")
     if with_full:
-        return hi.astype(BF16), lo, x.astype(np.float32)
-    return hi.astype(BF16), lo
+        return hi16, lo, x32
+    return hi16, lo
 
 
 def check_exact_hi(hi16: np.ndarray, hi: np.ndarray) -> bool:

@@ -19,6 +19,10 @@
                 mp2trn's J/K builds from a smaller basis's density projected up (sto-3g, 6-31g).
 6. ``soscf``   PySCF's second-order SCF (``newton()``), from the start and after DIIS to |g| < 1e-3, against
                 DIIS on mp2trn's J/K builds: cycles, J/K builds, seconds.
+7. ``planes``  the host side of the sim/neuron device's J/K builds, no kernel run: the tensor's fp32 copy
+                and its compensated planes (once per SCF and precision: ``NkiDevice.jk_tensor``), and per
+                fp32x3 build the host's fp64 work around the kernels (Z's two planes added, ρ, Z split
+                again for the syrk, K's triangle filled), on random data of the run's shapes.
 
 A benchmark: it prints measurements and asserts nothing.
 """
@@ -194,12 +198,50 @@ def soscf(mol) -> None:
               f"({mf.e_tot - runs['DIIS'][0].e_tot:+.1e} Eh vs DIIS)")
 
 
+def planes(mol) -> None:
+    from mp2trn.devices import get_device
+    from mp2trn.devices.nki_device import SYRK_X3_ROWS, _pad_rows
+    from mp2trn.kernels.syrk import lower_to_full
+    from mp2trn.precision import get_precision
+
+    auxmol = df.addons.make_auxmol(mol, df.make_auxbasis(mol, mp2fit=False))
+    naux, nao, nocc = auxmol.nao_nr(), mol.nao_nr(), mol.nelectron // 2
+    rng = np.random.default_rng(0)
+    rows = 256                                      # one block of the tensor's rows, timed and scaled
+    block = rng.standard_normal((rows, nao, nao))
+    block += block.transpose(0, 2, 1)
+    scale = naux / rows
+    dev = get_device("sim", "fp32")
+    t0 = time.perf_counter()
+    dev.jk_tensor(block, np.float32)
+    t1 = time.perf_counter()
+    dev.jk_tensor(block, np.float64, planes=3)
+    t2 = time.perf_counter()
+    mode = get_precision("fp32x3")
+    z = rng.standard_normal((rows * nocc, nao))
+    rest = rng.standard_normal(z.shape).astype(np.float32)
+    t3 = time.perf_counter()
+    zz = z.astype(np.float32).astype(np.float64) + rest                        # mode.combine
+    rho = np.einsum("pin,ni->p", zz.reshape(rows, nocc, nao), rng.standard_normal((nao, nocc)))
+    vk = np.zeros((nao, nao))
+    for r0 in range(0, zz.shape[0], SYRK_X3_ROWS):
+        mode.split_operand(_pad_rows(zz[r0:r0 + SYRK_X3_ROWS], SYRK_X3_ROWS), axis=0, moving=True)
+        vk += lower_to_full(np.tril(rng.standard_normal((nao, nao))))
+    t4 = time.perf_counter()
+    print(f"naux {naux} (JK fit), nao {nao}, nocc {nocc}; timed on {rows} rows, scaled to naux (x{scale:.2f}):")
+    print(f"| host work of the sim/neuron J/K builds | s |\n|---|---:|")
+    print(f"| fp32 copy of the tensor (once per SCF) | {(t1 - t0) * scale:.2f} |")
+    print(f"| compensated planes of the tensor, split along mu and along P (once per SCF) | {(t2 - t1) * scale:.2f} |")
+    print(f"| per fp32x3 build: Z's planes added, rho, Z split again for the syrk, K filled | {(t4 - t3) * scale:.2f} |")
+    del rho
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--only", nargs="+", default=["tensor", "touch", "blocks", "rank", "guess"],
-                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf"])
+                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf", "planes"])
     ap.add_argument("--fill", nargs="+", help=argparse.SUPPRESS)   # touch's child process: LABEL N1 N2 N3
     args = ap.parse_args()
     if args.fill:

@@ -300,6 +300,20 @@ def load(records: Path) -> list[dict]:
     return [json.loads(line) for line in Path(records).read_text().splitlines() if line.strip()]
 
 
+#: records dated on this day were measured before the device carried the run (issue 33: the SCF's last
+#: builds in fp64 on the host, the SCF tensor sent at every build, B and the JK-fit tensor built again by the
+#: gradient, the Z-vector on the host); ``table`` sets them beside the newer ones
+BEFORE_DATE = "2026-11-25"
+#: issue 33's goals on the modeled trn1.2xlarge, seconds: Inosine/cc-pVDZ energy and gradient
+GOALS = {"energy": 5.0, "gradient": 25.0}
+
+
+def split_before(recs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(records measured before issue 33's changes, the others)."""
+    before = [r for r in recs if r.get("date", "").startswith(BEFORE_DATE)]
+    return before, [r for r in recs if not r.get("date", "").startswith(BEFORE_DATE)]
+
+
 def _latest(recs: list[dict], case: str, threads: str = "all") -> dict | None:
     found = [r for r in recs if r["case"] == case and r.get("threads", "all") == threads]
     return found[-1] if found else None
@@ -383,7 +397,36 @@ TITLES = {"inosine-dz": "Inosine / cc-pVDZ", "vitaminc-tz": "Vitamin C / cc-pVTZ
 LABELS = dict(ALL_STAGES)
 
 
+def comparison(before: list[dict], now: list[dict]) -> str:
+    """Inosine's and Vitamin C/cc-pVTZ's whole runs on trn1.2xlarge and their bytes to the device per stage,
+    before issue 33's changes and now, and the goals."""
+    fb, fn = parallel_fractions(before), parallel_fractions(now)
+    lines = ["| case | phase | whole s before | whole s now | host s before → now | to device GB before → now "
+             "(as launched) | device share now |", "|---|---|---:|---:|---|---|---:|"]
+    goals = []
+    for case in ("inosine-dz", "vitaminc-tz"):
+        old, new = _latest(before, case), _latest(now, case)
+        if old is None or new is None:
+            continue
+        mo = run_model(old, _host(old), fb, "trn1.2xlarge")
+        mn = run_model(new, _host(new), fn, "trn1.2xlarge")
+        for phase in ("energy", "gradient"):
+            gb = [sum(e["to_device"] for e in r[f"device_{phase}"].values()) / 1e9 for r in (old, new)]
+            lines.append(f"| {TITLES[case]} | {phase} | {mo[phase]['total_s']:.1f} | {mn[phase]['total_s']:.1f} | "
+                         f"{mo[phase]['host_s']:.1f} → {mn[phase]['host_s']:.1f} | {gb[0]:.2f} → {gb[1]:.2f} | "
+                         f"{100 * mn[phase]['device_share']:.1f} % |")
+            if case == SCALING_CASE:
+                met = "met" if mn[phase]["total_s"] <= GOALS[phase] else "missed"
+                goals.append(f"{phase} {mn[phase]['total_s']:.1f} s (goal ≤ {GOALS[phase]:.0f} s: {met})")
+    if goals:
+        lines += ["", f"Issue 33's goals for Inosine/cc-pVDZ on the modeled trn1.2xlarge: {'; '.join(goals)}."]
+    return "\n".join(lines)
+
+
 def tables(recs: list[dict]) -> str:
+    before, recs = split_before(recs)
+    if not recs:     # only the first records: they are the table
+        before, recs = [], before
     fractions = parallel_fractions(recs)
     cases = _cases(recs)
     lines = ["| case (nao) | instance | phase | host s | transfers s (kept inputs) | device s (MODELED) | "
@@ -418,6 +461,11 @@ def tables(recs: list[dict]) -> str:
             for stage, e in rec[f"device_{phase}"].items():
                 lines.append(f"| {TITLES[case]} | {phase}: {stage} | {e['to_device'] / 1e9:.2f} / "
                              f"{e['to_device_reusing'] / 1e9:.2f} | {e['to_host'] / 1e9:.2f} | {e['trn1_s'] * 1e3:.1f} |")
+    if before:
+        lines += ["", f"Before and now: the records of {BEFORE_DATE} (the SCF's last builds in fp64 on the host, the "
+                  "SCF tensor sent at every build, B and the JK-fit tensor built again by the gradient, the Z-vector "
+                  "on the host) against the newest, each with its own thread-scaling curve, on trn1.2xlarge:", "",
+                  comparison(before, recs)]
     return "\n".join(lines)
 
 

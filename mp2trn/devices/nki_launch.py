@@ -154,7 +154,7 @@ class Launcher:
         """Keep these host arrays in device memory from their first launch until :meth:`drop_kept` (or until
         the host drops them): later launches reuse the device copy instead of sending them again. The
         ``neuron`` launcher holds the device tensor; every launcher counts the bytes to the device once."""
-        for a in arrays:
+        for a in map(root_array, arrays):    # a view is kept as the array it shows
             self._kept[id(a)] = weakref.ref(a, lambda _r, k=id(a): self._kept.pop(k, None))
             # what an earlier launch sent of it is no copy to keep (the host may have written the array
             # since, as B's metric solve does in place): the first launch from now on sends it
@@ -167,7 +167,7 @@ class Launcher:
 
     def drop(self, *arrays: np.ndarray) -> None:
         """Free these kept arrays only (B when the gradient is done with it)."""
-        for a in arrays:
+        for a in map(root_array, arrays):
             ref = self._kept.get(id(a))
             if ref is not None and ref() is a:
                 del self._kept[id(a)]
