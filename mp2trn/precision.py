@@ -25,6 +25,8 @@ runs it yet, and asking for it is an error naming the precisions the device has.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -44,6 +46,36 @@ def beta_for(k: int) -> int:
     return int(max(1, min(8, (24 - math.ceil(math.log2(max(k, 2)))) // 2)))
 
 
+def host_threads() -> int:
+    """Threads for the host's elementwise work on kernel planes: ``OMP_NUM_THREADS`` when set (how the
+    benchmarks pin a run to one core), else every core."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+#: arrays smaller than this many elements are split or combined on the calling thread
+_THREADED_SIZE = 1 << 20
+
+
+def _in_parts(shape: tuple[int, ...], skip: int, fn) -> None:
+    """Call ``fn(index)`` for the parts of an array of ``shape`` cut along its longest axis other than
+    ``skip``, on :func:`host_threads` threads (NumPy's ufuncs release the GIL: the parts run at once)."""
+    threads = host_threads()
+    axes = [a for a in range(len(shape)) if a != skip % len(shape)]
+    if threads == 1 or not axes or int(np.prod(shape)) < _THREADED_SIZE:
+        fn((slice(None),) * len(shape))
+        return
+    cut = max(axes, key=lambda a: shape[a])
+    bounds = np.linspace(0, shape[cut], min(threads, shape[cut]) + 1).astype(int)
+    parts = [tuple(slice(b0, b1) if a == cut else slice(None) for a in range(len(shape)))
+             for b0, b1 in zip(bounds[:-1], bounds[1:]) if b1 > b0]
+    with ThreadPoolExecutor(len(parts)) as pool:
+        for _ in pool.map(fn, parts):
+            pass
+
+
 def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
     """Split fp64 ``x`` along the contraction ``axis`` into (hi bf16, lo fp32[, x fp32]).
 
@@ -51,22 +83,39 @@ def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
     within about g/2 of x will do, since lo = fp32(x − hi) is taken from the fp64 x. hi/g is an integer of
     at most β ≤ 8 bits, so its fp32 bit pattern's upper half is its bfloat16 one (no rounding). In fp32 and
     with that conversion the split takes about a third of the time of the fp64 one with NumPy's bfloat16
-    cast: the SCF's compensated builds split the whole tensor, twice, on the host."""
+    cast, and a large array is split in parts along another axis on :func:`host_threads` threads: the SCF's
+    compensated builds split the whole tensor, twice, and every build's Z on the host."""
     x = np.asarray(x, dtype=np.float64)
-    x32 = x.astype(np.float32)
-    m = np.max(np.abs(x32), axis=axis, keepdims=True)
-    _, e = np.frexp(np.where(m > 0, m, np.float32(1.0)))      # m = f·2^e, 0.5 ≤ f < 1  ->  2^e > m
-    g = np.ldexp(np.float32(1.0), (e - beta).astype(np.int32)).astype(np.float32)
-    hi = np.multiply(x32, np.ldexp(np.float32(1.0), (beta - e).astype(np.int32)).astype(np.float32))
-    np.rint(hi, out=hi)
-    hi *= g
-    lo = np.empty(x.shape, np.float32)
-    np.subtract(x, hi, out=lo, casting="same_kind")             # in fp64, rounded once to fp32
-    hi16 = np.empty(x.shape, BF16)                               # owns its memory (no view of a temporary)
-    np.right_shift(hi.view(np.uint32), 16, out=hi16.view(np.uint16), casting="unsafe")
+    hi16, lo = np.empty(x.shape, BF16), np.empty(x.shape, np.float32)     # own their memory
+    x32 = np.empty(x.shape, np.float32)
+
+    def part(index: tuple) -> None:
+        xs, x32s = x[index], x32[index]
+        np.copyto(x32s, xs, casting="same_kind")
+        m = np.max(np.abs(x32s), axis=axis, keepdims=True)
+        _, e = np.frexp(np.where(m > 0, m, np.float32(1.0)))      # m = f·2^e, 0.5 ≤ f < 1  ->  2^e > m
+        g = np.ldexp(np.float32(1.0), (e - beta).astype(np.int32)).astype(np.float32)
+        hi = np.multiply(x32s, np.ldexp(np.float32(1.0), (beta - e).astype(np.int32)).astype(np.float32))
+        np.rint(hi, out=hi)
+        hi *= g
+        np.subtract(xs, hi, out=lo[index], casting="same_kind")    # in fp64, rounded once to fp32
+        np.right_shift(hi.view(np.uint32), 16, out=hi16[index].view(np.uint16), casting="unsafe")
+
+    _in_parts(x.shape, axis, part)
     if with_full:
         return hi16, lo, x32
     return hi16, lo
+
+
+def combine_planes(exact: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """exact + rest in fp64 (a compensated kernel's two output planes), in parts on :func:`host_threads`."""
+    out = np.empty(np.shape(exact), np.float64)
+
+    def part(index: tuple) -> None:
+        np.add(exact[index], rest[index], out=out[index], dtype=np.float64)
+
+    _in_parts(out.shape, -1 if out.ndim > 1 else 0, part)
+    return out
 
 
 def check_exact_hi(hi16: np.ndarray, hi: np.ndarray) -> bool:
@@ -116,7 +165,7 @@ class Precision:
     def combine(self, out) -> np.ndarray:
         """A kernel's result as one host array: a plane pair (exact, rest) is added in fp64."""
         if isinstance(out, tuple):
-            return out[0].astype(np.float64) + out[1]
+            return combine_planes(out[0], out[1])
         return out
 
 
