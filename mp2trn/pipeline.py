@@ -180,7 +180,7 @@ def compute(
     total) and the converged PySCF mean-field object. With ``comm`` over several ranks (see
     :func:`open_ranks`) every rank returns the same result, which records each rank's memory and traffic.
     ``dm0``: the SCF's initial density (a nearby geometry's, in the same basis), else PySCF's guess."""
-    return_freed_memory()   # the peak RSS follows the arrays alive, as the memory plan budgets
+    return_freed_memory(budget_mb(options.max_memory))   # the peak RSS follows the arrays alive, as planned
     if comm is not None:
         comm = device_comm(comm, device)   # on NKI devices the arrays travel in NKI collective kernels
     if options.gradient and not device.has_pair_densities:

@@ -85,9 +85,11 @@ def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
     with that conversion the split takes about a third of the time of the fp64 one with NumPy's bfloat16
     cast, and a large array is split in parts along another axis on :func:`host_threads` threads: the SCF's
     compensated builds split the whole tensor, twice, and every build's Z on the host."""
+    from .memory import prefaulted_empty   # large planes: small pages, faulted in by every core
+
     x = np.asarray(x, dtype=np.float64)
-    hi16, lo = np.empty(x.shape, BF16), np.empty(x.shape, np.float32)     # own their memory
-    x32 = np.empty(x.shape, np.float32)
+    hi16 = prefaulted_empty(x.shape, BF16)                    # each plane owns its memory
+    lo, x32 = prefaulted_empty(x.shape, np.float32), prefaulted_empty(x.shape, np.float32)
 
     def part(index: tuple) -> None:
         xs, x32s = x[index], x32[index]
@@ -107,9 +109,10 @@ def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
     return hi16, lo
 
 
-def combine_planes(exact: np.ndarray, rest: np.ndarray) -> np.ndarray:
-    """exact + rest in fp64 (a compensated kernel's two output planes), in parts on :func:`host_threads`."""
-    out = np.empty(np.shape(exact), np.float64)
+def combine_planes(exact: np.ndarray, rest: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """exact + rest in fp64 (a compensated kernel's two output planes), in parts on :func:`host_threads`;
+    into ``out`` (fp64, the planes' shape) when given: a buffer kept between builds is not new memory."""
+    out = np.empty(np.shape(exact), np.float64) if out is None else out
 
     def part(index: tuple) -> None:
         np.add(exact[index], rest[index], out=out[index], dtype=np.float64)
