@@ -135,6 +135,12 @@ def part_costs(mol, precisions: list[str], repeat: int, threads: int | None) -> 
     print(f"GEMM {GEMM_N}³ in this run ({how}): DGEMM {rates['fp64']:.0f}, SGEMM {rates['fp32']:.0f} GFLOP/s")
     for precision in precisions:
         _print_parts(mol, dm, get_device("cpu", precision), packed, precision, repeat, clock, rates[precision])
+        if precision == "fp64":   # the other fp64 packed path, for the ratio within this run
+            symm = get_device("cpu", precision)
+            symm.fp64_packed_symm = not symm.fp64_packed_symm
+            _print_parts(mol, dm, symm, packed, "fp64, " + ("dtpttr + dsymm per row" if symm.fp64_packed_symm else
+                                                            "PySCF's unpack + one GEMM per few rows"),
+                         repeat, clock, rates[precision])
         if precision == "fp32":   # the same build as before the fp32 copy, for the ratio within this run
             _print_parts(mol, dm, ConvertingCpu(precision), packed, "fp32, converted at every build (before the copy)",
                          repeat, clock, rates[precision])

@@ -160,13 +160,17 @@ class _UnpackedCpu(mp2trn.devices.cpu.CpuDevice):
 
 
 @pytest.mark.parametrize("chunks", ["default", "row-by-row"])
-@pytest.mark.parametrize("precision,tol", [("fp64", 1e-12), ("fp32", 2e-6)])
+@pytest.mark.parametrize("precision,tol", [("fp64", 1e-12), ("fp64-symm", 1e-12), ("fp32", 2e-6)])
 @pytest.mark.parametrize("name", ["water", "hydroxyl"])
 def test_packed_builds_equal_unpacked(references, name, precision, tol, chunks, monkeypatch):
     """The packed layout (half the memory; rows unpacked a few at a time as builds read them) gives the
-    unpacked layout's J and K: to 1e-12 in fp64, to fp32 rounding in fp32. Row by row: one row unpacked
-    at a time and exchange syrks over groups of a few rows (6 for water, 3 for hydroxyl's two spins, with
-    a remainder), as a large molecule's builds run."""
+    unpacked layout's J and K: to 1e-12 in fp64 (either fp64 path: PySCF's unpack and a GEMM, or dtpttr and
+    dsymm per row), to fp32 rounding in fp32. Row by row: one row unpacked at a time and exchange syrks over
+    groups of a few rows (6 for water, 3 for hydroxyl's two spins, with a remainder), as a large molecule's
+    builds run."""
+    if precision == "fp64-symm":
+        monkeypatch.setattr(mp2trn.devices.cpu.CpuDevice, "fp64_packed_symm", True)
+        precision = "fp64"
     if chunks == "row-by-row":
         monkeypatch.setattr(mp2trn.devices.cpu, "_UNPACK_CHUNK_BYTES", 1.0)
         monkeypatch.setattr(mp2trn.devices.cpu, "_SYRK_GROUP_BYTES", 6000.0)

@@ -178,6 +178,10 @@ class CpuDevice(Device):
     #: without room for the fp32 copy, fp32 builds convert the host rows as they read them
     jk_copy_optional = True
 
+    #: fp64 builds of the packed tensor: ``dtpttr`` + ``dsymm`` row by row (:meth:`_jk_packed_symm`), else
+    #: PySCF's unpack of a few rows then one GEMM over them (:meth:`_jk_rows`)
+    fp64_packed_symm = False
+
     def jk_tensor(self, block, dtype, keep_copy=True):
         # fp64: the host block itself. fp32, packed: an fp32 copy of the packed rows, made here once per
         # SCF (Inosine/cc-pVDZ: 0.34 GB beside the 0.68 GB fp64 tensor), which the builds unpack with
@@ -219,6 +223,8 @@ class CpuDevice(Device):
         if isinstance(block, _Fp32Copy):
             return self._jk_fp32_copy(block, factors, dm, with_j, with_k)
         if isinstance(block, _Cast):
+            if block.block.ndim == 2 and block.dtype == np.float64 and self.fp64_packed_symm:
+                return self._jk_packed_symm(block.block, block.block, block.nao, factors, dm, with_j, with_k)
             return self._jk_rows(block.block, block.dtype, block.nao, factors, dm, with_j, with_k)
         return self._jk_rows(block, np.dtype(np.float64), block.shape[1], factors, dm, with_j, with_k)
 
@@ -302,7 +308,14 @@ class CpuDevice(Device):
         return (None if vj is None else _unpack_j(vj, packed, nao)), vk
 
     def _jk_fp32_copy(self, blk: "_Fp32Copy", factors, dm, with_j: bool, with_k: bool):
-        """J/K of one block in fp32 from its packed fp32 copy: K in fp32, J in fp64 from the fp64 rows.
+        """J/K of one block in fp32 from its packed fp32 copy: K in fp32, J in fp64 from the fp64 rows
+        (:meth:`_jk_packed_symm`)."""
+        return self._jk_packed_symm(blk.block, blk.copy, blk.nao, factors, dm, with_j, with_k)
+
+    def _jk_packed_symm(self, src: np.ndarray, copy: np.ndarray, nao: int, factors, dm, with_j: bool,
+                        with_k: bool):
+        """J/K of one block of packed rows ``src`` (fp64) with K from ``copy`` (the same rows packed, fp32 or
+        ``src`` itself for an fp64 build), in ``copy``'s precision; J in fp64 from ``src``.
 
         Row by row, LAPACK's ``stpttr`` copies the packed row into one triangle of a square (nao, nao) matrix
         (the row-major lower triangle is the column-major upper one), and ``ssymm`` multiplies it, reading
@@ -315,17 +328,19 @@ class CpuDevice(Device):
         the second pass reads them from cache. Everything runs on SciPy's BLAS pool (one pool at a time,
         :mod:`mp2trn.threads`).
         """
-        src, copy, nao = blk.block, blk.copy, blk.nao
         p = src.shape[0]
-        terms = [(np.asarray(c, dtype=np.float32, order="F"), sign) for c, sign in factors if c.shape[1] and with_k]
+        single = copy.dtype == np.float32
+        tpttr, symm, syrk = ((scipy_lapack.stpttr, scipy_blas.ssymm, scipy_blas.ssyrk) if single else
+                             (scipy_lapack.dtpttr, scipy_blas.dsymm, scipy_blas.dsyrk))
+        terms = [(np.asarray(c, dtype=copy.dtype, order="F"), sign) for c, sign in factors if c.shape[1] and with_k]
         vj = vk_upper = None
         with one_blas_pool("scipy"):
             if with_j:
                 vj = _unpack_j(self._coulomb(src, _coulomb_weights(dm, True), scipy_gemv=True), True, nao)
             if terms:
                 width = sum(c.shape[1] for c, _ in terms)
-                group = max(1, min(p, int(_SYRK_GROUP_BYTES // (nao * width * 4))))
-                z_buf = self._jk_buffer("z", group * width * nao, np.float32)
+                group = max(1, min(p, int(_SYRK_GROUP_BYTES // (nao * width * copy.itemsize))))
+                z_buf = self._jk_buffer("z", group * width * nao, copy.dtype)
                 vk_upper = np.zeros((nao, nao), order="F")
                 for g0 in range(0, p, group):
                     g1 = min(p, g0 + group)
@@ -336,15 +351,15 @@ class CpuDevice(Device):
                         offset += size
                     for r in range(g0, g1):
                         t0 = self._clock()
-                        square, info = scipy_lapack.stpttr(nao, copy[r], uplo="U")
-                        t0 = self._tick("unpack (stpttr, fp32)", t0)
+                        square, info = tpttr(nao, copy[r], uplo="U")
+                        t0 = self._tick("unpack (?tpttr)", t0)
                         for (c, _), z in zip(terms, zs):   # Z_Pᵀ = B_P C: z[r] (nocc, nao) C order = (nao, nocc) F
-                            scipy_blas.ssymm(1.0, square, c, side=0, lower=0, beta=0.0, c=z[r - g0].T, overwrite_c=1)
+                            symm(1.0, square, c, side=0, lower=0, beta=0.0, c=z[r - g0].T, overwrite_c=1)
                         self._tick("half-transform Z = C^T B_P", t0)
                     t0 = self._clock()
                     for (_, sign), z in zip(terms, zs):
                         if z.size:
-                            vk_upper += sign * scipy_blas.ssyrk(1.0, z.reshape(-1, nao).T, trans=0, lower=0)
+                            vk_upper += sign * syrk(1.0, z.reshape(-1, nao).T, trans=0, lower=0)
                     self._tick("syrk K += Z^T Z", t0)
         vk = np.zeros((nao, nao)) if with_k else None   # zero when asked with no factor (an empty spin channel)
         if vk_upper is not None:
