@@ -659,8 +659,9 @@ class NeuronDevice(NkiDevice):
 
     def memory_mb(self) -> float | None:
         """The device memory of the one NeuronCore a run uses: the chip's HBM shared by its cores
-        (:data:`HBM_PER_CORE_GIB`); the SCF tensor's copy and the gradient's strips are planned to fit it."""
-        return self.hbm_mb()
+        (:data:`HBM_PER_CORE_GIB`), less what :meth:`hold` keeps there; the SCF tensor's copy and the
+        gradient's strips are planned to fit it."""
+        return self.hbm_mb() - self.held_mb()
 
     def computes_on_host_cores(self) -> bool:
         return False     # the kernels run on the NeuronCore: the host makes its next integral block meanwhile
