@@ -263,20 +263,24 @@ def stage_work(stage: str, z: dict) -> float:
             "ao_to_mo": naux * nao * nao,
             "metric": naux * naux * no * nv,
             "pairs": naux * no * no * nv * nv,
-            "grad_pairs": no * no * (4 * naux * nv * nv + 2 * nv ** 3 + 2 * no * nv * nv)}[stage]
+            "grad_pairs": no * no * (4 * naux * nv * nv + 2 * nv ** 3 + 2 * no * nv * nv),
+            "zvector": z["naux_jk"] * no * nv * (nv + no),          # B_vv·Y and B_vo·M dominate a product
+            "grad_gamma": naux * no * nao * nao}[stage]
 
 
 def stage_bytes(stage: str, z: dict) -> float:
     """What a stage's host<->device bytes follow (the arrays its launches pass)."""
     nao, naux, no, nv = z["nao"], z["naux"], z["nocc"], z["nvir"]
     return {"scf_jk": z["naux_jk"] * nao * nao, "ao_to_mo": naux * nao * nao, "metric": naux * no * nv,
-            "pairs": naux * no * nv * no, "grad_pairs": naux * no * nv}[stage]
+            "pairs": naux * no * nv * no, "grad_pairs": naux * no * nv,
+            "zvector": z["naux_jk"] * (nv + no) ** 2, "grad_gamma": naux * no * nao}[stage]
 
 
 def model_taxol(recs: list[dict]) -> dict:
     """Taxol/cc-pVDZ's device stages: each stage of the largest emulated cc-pVDZ case scaled by the ratio of
     the stage's work (:func:`stage_work`) and its transfers by :func:`stage_bytes`; the same number of SCF
     device builds as that case."""
+    recs = split_before(recs)[1] or recs     # the newest records, when there are any
     base = max((r for r in (_latest(recs, c) for c in CASES if CASES[c][1] == "cc-pvdz") if r), key=lambda r: r["nao"])
     zb, zt = sizes(base["xyz"], base["basis"]), sizes(*TAXOL)
     out = {"case": "taxol-dz", "xyz": TAXOL[0], "basis": TAXOL[1], **zt, "scaled_from": base["case"],
