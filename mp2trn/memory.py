@@ -88,8 +88,8 @@ def return_freed_memory(budget: float | None = None) -> bool:
     the heap and the memory they leave stays in the process. Benzene/cc-pVDZ with --gradient --memory 30
     peaked at 198 MB that way, 188 MB with the threshold fixed at glibc's starting 128 kB (water's fixed
     cost: 147 MB). But every larger array then has a mapping of its own, whose pages the system supplies
-    afresh: on the 2-core VM an 8 MB NumPy temporary took 1.8 ms against 0.9 ms from the heap (twice the
-    time of every such elementwise step of a run). So the threshold is fixed at 1 % of the run's budget
+    afresh: on the 2-core VM an 8 MB NumPy elementwise step took 2.7 ms against 1.3 ms from the heap
+    (``python scripts/bench_scf_costs.py --only heap``). So the threshold is fixed at 1 % of the run's budget
     ``budget`` (MB), between 128 kB and 32 MB: a small budget gets the tight behaviour, a production one the
     heap's speed, with at most blocks of 1 % of its budget left in the heap. No budget: 128 kB.
     Process-wide; False where the C library is not glibc."""

@@ -81,10 +81,10 @@ def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
 
     hi is rounded to the grid from fp32(x) in fp32 (power-of-two scalings, exact): any point of the grid
     within about g/2 of x will do, since lo = fp32(x − hi) is taken from the fp64 x. hi/g is an integer of
-    at most β ≤ 8 bits, so its fp32 bit pattern's upper half is its bfloat16 one (no rounding). In fp32 and
-    with that conversion the split takes about a third of the time of the fp64 one with NumPy's bfloat16
-    cast, and a large array is split in parts along another axis on :func:`host_threads` threads: the SCF's
-    compensated builds split the whole tensor, twice, and every build's Z on the host."""
+    at most β ≤ 8 bits, so its fp32 bit pattern's upper half is its bfloat16 one (no rounding), cheaper than
+    NumPy's bfloat16 cast of fp64. A large array is split in parts along another axis on :func:`host_threads`
+    threads: the SCF's compensated builds split the whole tensor, twice, and every build's Z on the host
+    (``python scripts/bench_scf_costs.py --only planes`` times that host work)."""
     from .memory import prefaulted_empty   # large planes: small pages, faulted in by every core
 
     x = np.asarray(x, dtype=np.float64)

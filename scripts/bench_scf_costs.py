@@ -19,6 +19,9 @@
                 mp2trn's J/K builds from a smaller basis's density projected up (sto-3g, 6-31g).
 6. ``soscf``   PySCF's second-order SCF (``newton()``), from the start and after DIIS to |g| < 1e-3, against
                 DIIS on mp2trn's J/K builds: cycles, J/K builds, seconds.
+8. ``heap``    an 8 MB NumPy elementwise step with glibc's mmap threshold fixed at 128 kB (a fresh mapping
+                for every temporary) and at the 32 MB a production budget gets
+                (``memory.return_freed_memory``), each way in two fresh processes taking turns.
 7. ``planes``  the host side of the sim/neuron device's J/K builds, no kernel run: the tensor's fp32 copy
                 and its compensated planes (once per SCF and precision: ``NkiDevice.jk_tensor``), and per
                 fp32x3 build the host's fp64 work around the kernels (Z's two planes added, ρ, Z split
@@ -236,12 +239,38 @@ def planes(mol) -> None:
     del rho
 
 
+_HEAP_CHILD = """
+import sys, time
+import numpy as np
+from mp2trn.memory import return_freed_memory
+return_freed_memory(float(sys.argv[1]))
+x = np.random.default_rng(0).standard_normal(1_000_000)      # 8 MB
+t0 = time.perf_counter()
+for _ in range(300):
+    y = x * 2.0
+    z = y + x
+print((time.perf_counter() - t0) / 600 * 1e3)
+"""
+
+
+def heap(mol) -> None:
+    budgets = {"128 kB (budget None or < 13 MB)": 0.0, "32 MB (budget >= 3.2 GB)": 4000.0}
+    times = {k: [] for k in budgets}
+    for _ in range(2):
+        for label, budget in budgets.items():
+            out = subprocess.run([sys.executable, "-c", _HEAP_CHILD, str(budget)], capture_output=True, text=True,
+                                 check=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+            times[label].append(float(out.stdout))
+    for label, ts in times.items():
+        print(f"mmap threshold {label}: {min(ts):.2f} ms per 8 MB elementwise step (best of {len(ts)} processes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--only", nargs="+", default=["tensor", "touch", "blocks", "rank", "guess"],
-                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf", "planes"])
+                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf", "planes", "heap"])
     ap.add_argument("--fill", nargs="+", help=argparse.SUPPRESS)   # touch's child process: LABEL N1 N2 N3
     args = ap.parse_args()
     if args.fill:
