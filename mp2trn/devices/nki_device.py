@@ -458,8 +458,9 @@ class NkiDevice(Device):
         ``dtype``, zero-padded to n orbitals. When ``b`` is a column range of a held B, the device makes the
         argument from its copy (no host transfer)."""
         naux, k, nv = b.shape
-        arg = np.zeros((naux, n * nv), dtype)
+        arg = np.empty((naux, n * nv), dtype)
         arg[:, :k * nv] = b.reshape(naux, k * nv)
+        arg[:, k * nv:] = 0.0                   # the padded orbitals (none for a full block)
         root = root_array(b)
         if self._holds(root) and root.dtype == arg.dtype and k and b.strides == (root.strides[0], nv * b.itemsize,
                                                                                     b.itemsize):

@@ -191,8 +191,9 @@ class Launcher:
         return entry[1:]
 
     def _is_kept(self, a: np.ndarray) -> bool:
-        ref = self._kept.get(id(root_array(a)))
-        return ref is not None and ref() is root_array(a)
+        root = root_array(a)
+        ref = self._kept.get(id(root))
+        return ref is not None and ref() is root
 
     def _count_transfers(self, stage: str, inputs: list, out) -> None:
         """Add a launch's host->device bytes (its array inputs; a kept array only at its first launch) and
