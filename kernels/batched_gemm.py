@@ -175,7 +175,9 @@ def _resplit(xs, ktiles, ncols, nao, beta):
         for c0, csz in tiles(nao, NFMAX):
             ta = _to_rows(xs, ktiles, 0, r0, rsz, c0, csz)
             ab = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="absx")
-            nisa.activation(dst=ab, op=nl.abs, data=ta)
+            nisa.tensor_copy(dst=ab, src=_to_rows(xs, ktiles, 1, r0, rsz, c0, csz))
+            nisa.tensor_tensor(dst=ab, data1=ta, data2=ab, op=nl.add)            # x = X_A + X_R
+            nisa.activation(dst=ab, op=nl.abs, data=ab)
             part = nl.ndarray((rsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="partmax")
             nisa.tensor_reduce(dst=part, op=nl.maximum, data=ab, axis=1)
             nisa.tensor_tensor(dst=mx, data1=mx, data2=part, op=nl.maximum)
@@ -189,7 +191,9 @@ def _resplit(xs, ktiles, ncols, nao, beta):
             ta = _to_rows(xs, ktiles, 0, r0, rsz, c0, csz)
             tr = _to_rows(xs, ktiles, 1, r0, rsz, c0, csz)
             hi = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="hi_rows")
-            nisa.tensor_scalar(dst=hi, data=ta, op0=nl.add, operand0=magic)
+            nisa.tensor_copy(dst=hi, src=tr)
+            nisa.tensor_tensor(dst=hi, data1=ta, data2=hi, op=nl.add)            # x, then its grid point
+            nisa.tensor_scalar(dst=hi, data=hi, op0=nl.add, operand0=magic)
             nisa.tensor_scalar(dst=hi, data=hi, op0=nl.subtract, operand0=magic)
             lo = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="lo_rows")
             nisa.tensor_tensor(dst=lo, data1=ta, data2=hi, op=nl.subtract)        # exact

@@ -280,10 +280,9 @@ def test_sim_device_j_and_k_in_fp32(references, name):
 @pytest.mark.parametrize("name,basis", [
     ("water", "cc-pvdz"), ("hydroxyl", "cc-pvdz"),
     pytest.param("benzene", "cc-pvdz", marks=pytest.mark.slow),
-    # Sn with its 28-electron def2 ECP: 1.6e-8 Eh off (scripts/scf_schedule_errors.py): a full fp32x3 build's
-    # rounding, ~1e-10 of E_J = 209 Eh, is more than the 1e-8 asked for (docs/precision.md)
-    pytest.param("heavy/stannane", "def2-svp", marks=[pytest.mark.slow, pytest.mark.xfail(
-        strict=True, reason="fp32x3 J/K rounding ~1e-10 of E_J exceeds 1e-8 Eh on stannane")]),
+    # Sn with its 28-electron def2 ECP: 1.6e-8 Eh off until J was made exact along the density
+    # (nki_device._exact_along_density): a full fp32x3 build's rounding, ~1e-10 of E_J = 209 Eh
+    pytest.param("heavy/stannane", "def2-svp", marks=pytest.mark.slow),
 ])
 def test_sim_scf_incremental_fp32_then_compensated_no_host_build(name, basis):
     """The sim SCF's schedule (mp2trn.jk.device_schedule): difference-density fp32 builds, then fp32x3 builds

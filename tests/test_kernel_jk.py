@@ -81,3 +81,61 @@ def test_exchange_build_as_the_sim_device_runs_it(naux, nao, nocc):
     k, _ = run(syrk, z)
     k_ref = np.einsum("pmn,ni,pki->mk", b, c, np.einsum("pkl,li->pki", b, c))  # Σ_P B_P C Cᵀ B_P
     assert np.abs(lower_to_full(k) - k_ref).max() <= 1e-5 * np.abs(k_ref).max()
+
+
+@pytest.mark.parametrize("rows,ncols,rows_out", [(1024, 0, 0), (300, 17, 1024), (130, 0, 0)])
+def test_resplit_x3_equals_the_hosts_split_of_the_sum(rows, ncols, rows_out):
+    """resplit_x3 on a compensated kernel's real output pair (batched_gemm_x3, whose corrections plane is
+    2^-β of the result, not a rounding residue) gives the planes the host's fp64 split of their sum gives,
+    bit for bit; rows past the input are zero."""
+    from mp2trn.kernels.batched_gemm import batched_gemm_x3
+    from mp2trn.kernels.resplit import resplit_reference, resplit_x3
+    from mp2trn.precision import beta_for
+
+    rng = np.random.default_rng(rows + ncols)
+    nao, nocc = 40, 5
+    naux = -(-rows // nocc)
+    b = _tensor(rng, naux, nao) * np.exp(rng.standard_normal(naux))[:, None, None]
+    mode = get_precision("fp32x3")
+    args = (*mode.split_operand(b, axis=1, moving=False),
+            *mode.split_operand(rng.standard_normal((nao, nocc)), axis=0, moving=True),
+            *mode.split_operand(np.eye(nao), axis=0, moving=True), *mode.grid_args(nao))
+    (exact, rest), _ = run(batched_gemm_x3, *args)
+    exact, rest = exact[:rows], rest[:rows]
+    assert np.abs(rest).max() > 1e-4 * np.abs(exact).max()          # corrections well above fp32 rounding
+    beta = beta_for(max(rows, rows_out))
+    planes, rep = run(resplit_x3, exact, rest, beta, ncols=ncols, rows_out=rows_out)
+    want = resplit_reference(exact, rest, beta, ncols, rows_out)
+    for got, ref in zip(planes, want):
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        assert np.array_equal(got.astype(np.float64), ref.astype(np.float64))
+    assert _count(rep, "tensor_partition_reduce") > 0
+
+
+def test_compensated_exchange_keeps_z_on_the_device():
+    """The sim device's fp32x3 J/K build: Z = Cᵀ B_P stays in device memory between batched_gemm_x3,
+    resplit_x3 and syrk_x3 (no bytes of it to the host or back), and J is exact along the density."""
+    from mp2trn.devices import get_device
+
+    rng = np.random.default_rng(7)
+    naux, nao, nocc = 90, 30, 4
+    b = _tensor(rng, naux, nao)
+    c = rng.standard_normal((nao, nocc)) / 3
+    dev = get_device("sim", "fp32x3")
+    block = dev.jk_tensor(b, np.float64, planes=3)
+    dev.jk_block(block, [(c, 1.0)], c @ c.T, True, True)                # the tensor's planes go over once
+    before = len(dev.launcher.transfers["scf_jk"])
+    vj, vk = dev.jk_block(block, [(c, 1.0)], c @ c.T, True, True)
+    d = c @ c.T
+    rho = np.einsum("pmn,mn->p", b, d)
+    z = np.einsum("mi,pmn->pin", c, b)
+    k_ref = np.einsum("pim,pin->mn", z, z)
+    j_ref = np.einsum("p,pmn->mn", rho, b)
+    assert np.abs(vk - k_ref).max() < 1e-8 * np.abs(k_ref).max()
+    assert np.abs(vj - j_ref).max() < 1e-8 * np.abs(j_ref).max()
+    assert abs(np.vdot(d, vj) - rho @ rho) < 1e-13 * (rho @ rho)       # tr(D J) = ρ·ρ
+    moves = dev.launcher.transfers["scf_jk"][before:]
+    z_bytes = naux * 8 * nao * 4                                         # one fp32 plane of Z (padded factor)
+    assert sum(m[1] for m in moves) < z_bytes                           # to the host: K's and J's (nao, nao) pairs
+    assert sum(m[0] for m in moves) < z_bytes                           # to the device: C's and ρ's planes
+    assert dev.launcher.kernels["scf_jk"] >= {"batched_gemm_x3", "resplit_x3", "syrk_x3", "gemm_x3"}

@@ -218,7 +218,6 @@ class NkiDevice(Device):
         self._rows: dict[tuple, int] = {}   # the padded size of each bucketed dimension (see _bucket)
         #: B arrays held in device memory (:meth:`hold`): id -> weakref
         self._held: dict[int, weakref.ref] = {}
-        self._buffers: dict[str, np.ndarray] = {}   # host work arrays kept between J/K builds (_buffer)
 
     # -- interface ----------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -276,7 +275,8 @@ class NkiDevice(Device):
         p = block.shape[0]
         rows = self._bucket(("scf_jk", block.shape[1]), p)
         if planes > 1:
-            kept = _X3Block.split(_pad_rows(np.asarray(block, dtype=np.float64), rows))
+            host = np.asarray(block, dtype=np.float64)
+            kept = _X3Block.split(_pad_rows(host, rows), host)
             self.launcher.keep(*kept.arrays())
             return kept
         kept = _pad_rows(np.asarray(block, dtype=F32), rows)   # (rows, nao, nao)
@@ -286,17 +286,6 @@ class NkiDevice(Device):
     def release_jk(self) -> None:
         self.launcher.drop_kept()
         self._buffers = {}
-
-    def _buffer(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """An fp64 work array of ``shape`` kept between the SCF's builds (fresh memory costs its first touch
-        at every build; the compensated builds' Z is 0.6 GB for Inosine/cc-pVDZ)."""
-        size = int(np.prod(shape))
-        buf = self._buffers.get(name)
-        if buf is None or buf.size < size:
-            from ..memory import prefaulted_empty
-
-            buf = self._buffers[name] = prefaulted_empty((size,))
-        return buf[:size].reshape(shape)
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         if isinstance(block, _X3Block):
@@ -323,42 +312,52 @@ class NkiDevice(Device):
         return vj, vk
 
     def _jk_block_x3(self, block: "_X3Block", factors, with_j: bool, with_k: bool):
-        """Compensated J and K of one block (fp32x3: each product hi·hi exact, hi·lo + lo·x in fp32, the two
-        output planes added in fp64 on the host — mp2trn.precision):
+        """Compensated J and K of one block (fp32x3: each product hi·hi exact, hi·lo + lo·x in fp32; the
+        products that leave the chip come as two fp32 planes, added in fp64 on the host — mp2trn.precision):
 
-            Z_P = C^T B_P          batched_gemm_x3 (C_vir = 1: its second half is TensorE's transpose)
-            K   = Σ sign · Z^T Z    syrk_x3 on Z re-split along its rows, :data:`SYRK_X3_ROWS` rows a launch
-            ρ_P = Σ_iν Z_P,iν C_νi  the host's fp64 reduction of the Z it already holds (p·n·nao adds)
+            Z_P = Cᵀ B_P           batched_gemm_x3 (C_vir = 1: its second half is TensorE's transpose); Z
+                                    stays in device memory
+            Z planes               resplit_x3 on chip, per :data:`SYRK_X3_ROWS` rows (grid along the rows)
+            K   = Σ sign · Zᵀ Z     syrk_x3 on those planes, one launch per :data:`SYRK_X3_ROWS` rows
+            ρ_P = Σ_μν B_P,μν D_μν  the host's fp64 product of its own rows of the tensor with the density
             J   = Σ_P ρ_P B_P       gemm_x3 per :data:`J_X3_ROWS` rows, ρ stationary, the planes split along P
                                     moving
 
-        J reads ρ off the factors' Z (as the cpu device does) because the coulomb kernel's ρ = B·D runs on
-        VectorE, whose fp32 products a split cannot make exact."""
+        ρ is exact (fp64, the host's rows) rather than the coulomb kernel's ρ = B·D, which runs on VectorE,
+        whose fp32 products a split cannot make exact; ρ from the device's Cᵀ B_P C left benzene's SCF energy
+        1e-8 Eh off, against 1.4e-9 with this one. Until the resplit kernel, Z itself went to the host at
+        every build (0.3 GB for Inosine/cc-pVDZ), was added in fp64, split and sent back."""
         from ..kernels.batched_gemm import batched_gemm_x3
         from ..kernels.gemm import gemm_x3
+        from ..kernels.resplit import resplit_x3
         from ..kernels.syrk import lower_to_full, syrk_x3
+        from ..precision import beta_for
 
         mode = self.mode if self.mode.compensated else _compensated()
+        launch = self.launcher.launch
         p, nao = block.rows, block.nao
         eye = mode.split_operand(np.eye(nao), axis=0, moving=True)
         vk = np.zeros((nao, nao)) if with_k else None
-        rho = np.zeros(p)
+        density = np.zeros((nao, nao))
         for c, sign in factors:
+            density += sign * (c @ c.T)
+            if not with_k:
+                continue
             for part in _factor_parts(c):
                 co = _padded_factor(part, np.float64)
+                n = co.shape[1]
                 args = (*block.by_mu, *mode.split_operand(co, axis=0, moving=True), *eye, *mode.grid_args(nao))
-                kw = {"group": self.plan_x3.ao_group(nao, co.shape[1], nao)}
-                exact, rest = self.launcher.launch("scf_jk", batched_gemm_x3, args, kw)
-                z = combine_planes(exact, rest, out=self._buffer("z_x3", exact.shape))      # (p·n, nao) fp64
-                z3 = z.reshape(p, co.shape[1], nao)
-                if with_j:
-                    rho += sign * np.einsum("pin,ni->p", z3, co)
-                if with_k:
-                    for r0 in range(0, z.shape[0], SYRK_X3_ROWS):
-                        planes = mode.split_operand(_pad_rows(z[r0:r0 + SYRK_X3_ROWS], SYRK_X3_ROWS), axis=0,
-                                                    moving=True)
-                        k = self.launcher.launch("scf_jk", syrk_x3, planes, {})
-                        vk += sign * lower_to_full(mode.combine(k))
+                kw = {"group": self.plan_x3.ao_group(nao, n, nao)}
+                exact, rest = launch("scf_jk", batched_gemm_x3, args, kw, stay=True)    # (p·n, nao), on the device
+                beta = beta_for(SYRK_X3_ROWS)
+                for r0 in range(0, p * n, SYRK_X3_ROWS):
+                    rows = slice(r0, min(p * n, r0 + SYRK_X3_ROWS))
+                    planes = launch("scf_jk", resplit_x3, (exact[rows], rest[rows], beta),
+                                    {"rows_out": SYRK_X3_ROWS}, stay=True)
+                    vk += sign * lower_to_full(mode.combine(launch("scf_jk", syrk_x3, planes, {})))
+        rho = np.zeros(p)
+        if with_j:
+            rho[:block.host.shape[0]] = block.host.reshape(block.host.shape[0], -1) @ density.ravel()
         vj = None
         if with_j:
             vj = np.zeros(nao * nao)
@@ -367,7 +366,7 @@ class NkiDevice(Device):
                 rho_planes = mode.split_operand(_pad_rows(rho[r0:r0 + J_X3_ROWS].reshape(-1, 1), J_X3_ROWS), axis=0,
                                                 moving=False)
                 vj += mode.combine(self.launcher.launch("scf_jk", gemm_x3, (*rho_planes, *chunk), {})).ravel()
-            vj = vj.reshape(nao, nao)
+            vj = _exact_along_density(vj.reshape(nao, nao), density, float(rho @ rho))
         return vj, vk
 
     # -- stage 1: (P|μν) -> (P|ia) ------------------------------------------------------------------
@@ -602,6 +601,21 @@ def _compensated():
     return get_precision("fp32x3")
 
 
+def _exact_along_density(vj: np.ndarray, density: np.ndarray, trace: float) -> np.ndarray:
+    """J plus the multiple of the density that makes tr(D J) equal ``trace`` = Σ_P ρ_P², its exact value
+    (tr(D J) = Σ_P ρ_P Σ_μν B_P,μν D_μν = ρ·ρ, with ρ in fp64 on the host).
+
+    The compensated J = Σ_P ρ_P B_P is good to ~1e-10 of Σ|ρ_P B_P|, the rounding of its fp32 corrections
+    (rows of B far below their column's grid keep only fp32 precision), and the SCF energy takes
+    ½ tr(D J) at first order: ethylene/def2-SVP was 4.8e-9 Eh off from that alone. The added multiple is of
+    that size (~1e-10 of J), so the Fock matrix, and with it the orbitals, move only at that level; the energy
+    gets the exact fitted Coulomb term. A difference-density build is corrected along its ΔD alike."""
+    norm = float(np.vdot(density, density))
+    if norm == 0.0:
+        return vj
+    return vj + ((trace - float(np.vdot(density, vj))) / norm) * density
+
+
 def _factor_parts(c: np.ndarray):
     """Column blocks of a density factor of at most MAX_BLOCK orbitals (one PSUM bank per launch)."""
     for i0 in range(0, c.shape[1], MAX_BLOCK):
@@ -629,15 +643,17 @@ class _X3Block:
     by_p: tuple
     rows: int
     nao: int
+    host: np.ndarray    # the host's fp64 rows the planes were made from (not a copy): J's ρ = B·D
 
     @classmethod
-    def split(cls, block: np.ndarray) -> "_X3Block":
+    def split(cls, block: np.ndarray, host: np.ndarray) -> "_X3Block":
+        """The planes of ``block`` (p, nao, nao) fp64, zero-padded rows of ``host``."""
         mode = _compensated()
         p, nao, _ = block.shape
         flat = block.reshape(p, nao * nao)
         by_p = tuple(mode.split_operand(_pad_rows(flat[r0:r0 + J_X3_ROWS], J_X3_ROWS), axis=0, moving=True)
                      for r0 in range(0, p, J_X3_ROWS))
-        return cls(mode.split_operand(block, axis=1, moving=False), by_p, p, nao)
+        return cls(mode.split_operand(block, axis=1, moving=False), by_p, p, nao, host)
 
     def arrays(self) -> tuple:
         return (*self.by_mu, *(a for chunk in self.by_p for a in chunk))

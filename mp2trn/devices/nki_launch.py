@@ -1,6 +1,8 @@
 """How NKI kernel launches happen for the ``sim`` and ``neuron`` devices, and what they cost.
 
-Three launchers share one interface, ``launch(stage, kernel, args, kwargs) -> NumPy outputs``:
+Three launchers share one interface, ``launch(stage, kernel, args, kwargs) -> NumPy outputs``; with
+``stay=True`` the outputs stay in device memory as the next launches' inputs (the host only slices them
+and hands them on):
 
 * :class:`EmulatorLauncher` — ``sim`` with the built-in emulator (``mp2trn.nkiemu``): every launch is
   recorded, and :meth:`cost_report` prices the recorded instruction streams with the emulator's cost
@@ -116,17 +118,22 @@ class Launcher:
         self._on_device: dict[tuple, weakref.ref] = {}
         #: arrays the device keeps in its memory across launches (the SCF tensor's blocks): id -> weakref
         self._kept: dict[int, weakref.ref] = {}
+        #: outputs of ``stay`` launches, in device memory (id of the root array -> weakref): inputs made of them
+        #: travel nowhere
+        self._made: dict[int, weakref.ref] = {}
         #: launch arguments the device makes from a kept 2-D array's columns (:meth:`derive`):
         #: id -> (weakref to the argument, the kept array, first column, columns)
         self._derived: dict[int, tuple[weakref.ref, np.ndarray, int, int]] = {}
         self.walls: dict[str, list[float]] = defaultdict(list)   # wall seconds of each launch per stage
 
-    def launch(self, stage: str, kernel, args: tuple, kwargs: dict | None = None):
+    def launch(self, stage: str, kernel, args: tuple, kwargs: dict | None = None, stay: bool = False):
+        """Run ``kernel`` on ``args`` for pipeline ``stage``; its outputs come to the host, or with ``stay``
+        remain in device memory (the neuron launcher returns its device tensors) for later launches."""
         kwargs = kwargs or {}
         name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "func", None), "__name__", "kernel")
         t0 = time.perf_counter()
         try:
-            out = self._run(stage, kernel, args, kwargs)
+            out = self._run(stage, kernel, args, kwargs, stay)
         except KernelConstraintError:
             raise
         except Exception as exc:
@@ -136,7 +143,7 @@ class Launcher:
             raise wrapped from exc
         self.launches[stage] += 1
         self.kernels[stage].add(name)
-        self._count_transfers(stage, list(args) + list(kwargs.values()), out)
+        self._count_transfers(stage, list(args) + list(kwargs.values()), out, stay)
         signature = compile_signature(name, args, kwargs)
         if signature not in self.signatures[stage]:
             self.signatures[stage].add(signature)
@@ -147,8 +154,13 @@ class Launcher:
         self.walls[stage].append(dt)
         return out
 
-    def _run(self, stage, kernel, args, kwargs):  # pragma: no cover - abstract
+    def _run(self, stage, kernel, args, kwargs, stay=False):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _made_on_device(self, a: np.ndarray) -> bool:
+        root = root_array(a)
+        ref = self._made.get(id(root))
+        return ref is not None and ref() is root
 
     def keep(self, *arrays: np.ndarray) -> None:
         """Keep these host arrays in device memory from their first launch until :meth:`drop_kept` (or until
@@ -195,11 +207,13 @@ class Launcher:
         ref = self._kept.get(id(root))
         return ref is not None and ref() is root
 
-    def _count_transfers(self, stage: str, inputs: list, out) -> None:
-        """Add a launch's host->device bytes (its array inputs; a kept array only at its first launch) and
-        device->host bytes (its outputs)."""
+    def _count_transfers(self, stage: str, inputs: list, out, stay: bool = False) -> None:
+        """Add a launch's host->device bytes (its array inputs; a kept array only at its first launch, an
+        output of a ``stay`` launch never) and device->host bytes (its outputs, unless they stay)."""
         to_device = to_host = first_use = 0
         for a in inputs:
+            if isinstance(a, np.ndarray) and self._made_on_device(a):
+                continue
             if isinstance(a, np.ndarray):
                 made = self._derivation(a)
                 if made is not None:   # sliced from its kept array in device memory: that array is sent once
@@ -212,8 +226,12 @@ class Launcher:
                 if not seen:
                     first_use += a.nbytes
                     self._on_device[key] = weakref.ref(root, lambda _r, k=key: self._on_device.pop(k, None))
+        made = self._made   # the callback closes over the dict, not the launcher
         for o in out if isinstance(out, tuple) else (out,):
-            if isinstance(o, np.ndarray):
+            if isinstance(o, np.ndarray) and stay:
+                root = root_array(o)
+                made[id(root)] = weakref.ref(root, lambda _r, k=id(root): made.pop(k, None))
+            elif isinstance(o, np.ndarray):
                 to_host += o.nbytes
         self.transfers[stage].append((to_device, to_host, first_use))
 
@@ -276,7 +294,7 @@ class EmulatorLauncher(Launcher):
         self._emu = emu
         self.traces: dict[str, list] = defaultdict(list)
 
-    def _run(self, stage, kernel, args, kwargs):
+    def _run(self, stage, kernel, args, kwargs, stay=False):
         with self._emu.profile() as prof:
             out = self._emu.simulate(kernel, target=self.target, strict=True)(*args, **kwargs)
         self.traces[stage].extend(prof.launches)
@@ -395,7 +413,7 @@ class RealSimLauncher(Launcher):
 
     impl = "real"
 
-    def _run(self, stage, kernel, args, kwargs):
+    def _run(self, stage, kernel, args, kwargs, stay=False):
         nki = _nki().nki
         with _env("NEURON_PLATFORM_TARGET_OVERRIDE", self.target):
             return nki.simulate(kernel)(*args, **kwargs)
@@ -462,10 +480,12 @@ class NeuronLauncher(Launcher):
             t = torch.from_numpy(np.ascontiguousarray(a))
         return t.to(self._dev)
 
-    def _run(self, stage, kernel, args, kwargs):
+    def _run(self, stage, kernel, args, kwargs, stay=False):
         targs = [self._to_device(a) for a in args]          # host -> HBM per launch, kept arrays once
         out = self.call(kernel, targs, kwargs)
         self._xm.mark_step()
+        if stay:                                             # device tensors: the next launches' inputs
+            return out
         if isinstance(out, tuple):                           # HBM -> host once per launch
             return tuple(self._to_host(o) for o in out)
         return self._to_host(out)

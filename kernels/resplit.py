@@ -1,0 +1,161 @@
+"""resplit_x3 — a compensated kernel's output pair split again on chip for the next compensated kernel (NKI 0.3.0).
+
+A compensated (fp32x3) kernel returns its result as two fp32 planes, the exact hi·hi part and the corrections
+(``z = z_exact + z_rest``, more bits than fp32 holds). When that result is the operand of the next compensated
+kernel it must be split into the planes of mp2trn.precision — hi on a bf16-exact power-of-two grid that is
+constant along the next contraction, lo the rest, x the full fp32 value. The SCF's exchange build is the
+case: ``Z = Cᵀ B_P`` (``batched_gemm_x3``) feeds ``K = Zᵀ Z`` (``syrk_x3``), whose contraction runs over Z's
+rows. Doing the split here keeps Z in device memory between the two launches; before, Z went to the host,
+was added in fp64, split and sent back at every build.
+
+Dimensions
+    R: rows of the launch — the next kernel's contraction, one grid per column over all of them (at most
+    :func:`rows_that_fit` for the column count, e.g. 1024 rows of 512 columns). W: columns of the inputs;
+    N ≤ W: the columns split (the first N). Any R, N otherwise (edge tiles are slices).
+
+Args
+    z_exact, z_rest (R, W) float32 in HBM: the two planes of a compensated kernel's output.
+    beta: the grid's bits (mp2trn.precision.beta_for(R)): |hi / grid| ≤ 2^β, exact in bfloat16 (β ≤ 8).
+    ncols: N, the columns to split (0: all W).
+    rows_out: rows of the outputs (0: R); rows R .. rows_out are zero, so that every launch of the next
+    kernel sees one shape (one compile) however many rows the last part of a block has.
+
+Returns
+    (hi bfloat16, lo float32, x float32), (rows_out, N) each, C-contiguous: the moving-operand planes of
+    mp2trn.precision.split for contraction along the rows, with
+        x = fp32(z_exact + z_rest);  grid[c] = 2^(⌊log2 max_r |x[r, c]|⌋ + 1 − β)
+        hi = x rounded to a multiple of grid[c];  lo = fp32((z_exact − hi) + z_rest)
+    The grid is a power of two no finer than z_exact's last bit and |z_exact − hi| is about grid/2, so
+    z_exact − hi is exact in fp32 and lo is z − hi rounded once, as the host's fp64 split makes it. (hi must
+    come from x, not from z_exact: the corrections plane is not small — it holds the hi·lo products, 2^-β of
+    z — and a hi rounded from z_exact alone leaves lo up to that much larger than grid/2.)
+
+Engines
+    DMA: each row tile of both planes in once, the three planes out. VectorE: x, |x|, the running column
+    maxima over row tiles, the grid's exponent bits (int32 view, ``bitwise_and``), the round-to-grid as
+    (z + c) − c with c = 1.5·2^23·grid (two fp32 writes), lo and x. GpSimd: the maxima across the 128
+    partitions of a row tile. TensorE: the per-column constant c spread over the partitions (ones matmul).
+
+Pseudocode
+    for each column chunk (c0, ≤ 512 columns):
+        load every row tile of z_exact, z_rest [rows, chunk]                 # resident for the chunk
+        x = z_exact + z_rest                                                 # VectorE, fp32
+        m = max over row tiles of |x|                                        # VectorE, [128, chunk]
+        m = max over partitions of m                                         # GpSimd, [1, chunk]
+        c = 1.5·2^23 · 2^(1−β) · (bits(m) & EXP_MASK)                        # VectorE, [1, chunk]
+        C = onesᵀ · c                                                        # TensorE, [128, chunk]
+        for each row tile:
+            hi = (x + C) − C;  lo = (z_exact − hi) + z_rest
+            store bf16(hi) (exact), lo, x
+
+NumPy reference: :func:`resplit_reference`. Tests: tests/test_kernel_jk.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._nki import nki, nisa, nl
+from .tiles import EXP_MASK, FP32, MAGIC, NFMAX, PMAX, sbuf_budget, tiles
+
+__all__ = ["resplit_x3", "resplit_reference", "rows_that_fit"]
+
+
+def rows_that_fit(ncols, budget=0):
+    """The most rows one launch takes: both input planes and x of every row tile stay in SBUF for a column
+    chunk (12 bytes per element per partition), beside the maxima, the spread constant and the output tiles."""
+    budget = budget or sbuf_budget()
+    csz = min(max(ncols, 1), NFMAX)
+    fixed = csz * (3 * FP32 + 2 * (2 + 2 * FP32))     # maxima, |x| and C; hi16, hi and lo of two row tiles
+    return PMAX * max(1, (budget - fixed) // (3 * FP32 * csz))
+
+
+def _column_grid(x_tiles, csz, beta, ones_row):
+    """[PMAX, csz] SBUF tile of c = 1.5·2^23·grid per column (the same on every partition)."""
+    mx = nl.ndarray((PMAX, csz), dtype=nl.float32, buffer=nl.sbuf, name="colmax")
+    nisa.memset(dst=mx, value=0.0)
+    for t in x_tiles:
+        rsz = t.shape[0]
+        ab = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="absz")
+        nisa.activation(dst=ab, op=nl.abs, data=t)
+        nisa.tensor_tensor(dst=mx[:rsz], data1=mx[:rsz], data2=ab, op=nl.maximum)
+    row = nl.ndarray((1, csz), dtype=nl.float32, buffer=nl.sbuf, name="colmax_row")
+    nisa.tensor_partition_reduce(dst=row, op=nl.maximum, data=mx)
+    pw = nl.ndarray((1, csz), dtype=nl.float32, buffer=nl.sbuf, name="pow2_row")
+    nisa.tensor_scalar(dst=pw.view(nl.int32), data=row.view(nl.int32), op0=nl.bitwise_and, operand0=EXP_MASK)
+    nisa.tensor_scalar(dst=pw, data=pw, op0=nl.multiply, operand0=MAGIC * 2.0 ** (1 - beta))
+    spread = nl.ndarray((PMAX, csz), dtype=nl.float32, buffer=nl.psum, name="magic_ps")
+    nisa.nc_matmul(dst=spread, stationary=ones_row, moving=pw, is_stationary_onezero=True)
+    magic = nl.ndarray((PMAX, csz), dtype=nl.float32, buffer=nl.sbuf, name="magic")
+    nisa.tensor_copy(dst=magic, src=spread)
+    return magic
+
+
+def _split_tile(za, zr, x, magic, outs, r0, c0):
+    """hi and lo of one row tile (x made already), the three stored to rows r0.. and columns c0.. of the
+    output planes."""
+    rsz, csz = za.shape
+    c = magic[:rsz]
+    hi = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="hi")
+    nisa.tensor_tensor(dst=hi, data1=x, data2=c, op=nl.add)           # rounded to fp32: the grid's rounding
+    nisa.tensor_tensor(dst=hi, data1=hi, data2=c, op=nl.subtract)
+    lo = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="lo")
+    nisa.tensor_tensor(dst=lo, data1=za, data2=hi, op=nl.subtract)    # exact
+    nisa.tensor_tensor(dst=lo, data1=lo, data2=zr, op=nl.add)
+    hi16 = nl.ndarray((rsz, csz), dtype=nl.bfloat16, buffer=nl.sbuf, name="hi16")
+    nisa.tensor_copy(dst=hi16, src=hi)                                # exact: at most β ≤ 8 significant bits
+    for out, t in zip(outs, (hi16, lo, x)):
+        nisa.dma_copy(dst=out[r0:r0 + rsz, c0:c0 + csz], src=t)
+
+
+def _zero_rows(outs, r0, rows, ncols):
+    """Rows r0 .. rows of every output plane set to zero (one zero tile, DMA'd out)."""
+    for q0, qsz in tiles(rows - r0, PMAX):
+        for c0, csz in tiles(ncols, NFMAX):
+            for out in outs:
+                z = nl.ndarray((qsz, csz), dtype=out.dtype, buffer=nl.sbuf, name="zeros")
+                nisa.memset(dst=z, value=0.0)
+                nisa.dma_copy(dst=out[r0 + q0:r0 + q0 + qsz, c0:c0 + csz], src=z)
+
+
+@nki.jit
+def resplit_x3(z_exact, z_rest, beta, ncols=0, rows_out=0):
+    """(z_exact, z_rest) (R, W) float32 -> (hi bf16, lo, x) (rows_out, N) split along the rows (see the
+    module)."""
+    R, W = z_exact.shape
+    N = ncols if ncols else W
+    rows = max(rows_out, R)
+    assert R <= rows_that_fit(N), f"resplit_x3: {R} rows of {N} columns do not fit SBUF; split the launch"
+    outs = (nl.ndarray((rows, N), dtype=nl.bfloat16, buffer=nl.shared_hbm),
+            nl.ndarray((rows, N), dtype=nl.float32, buffer=nl.shared_hbm),
+            nl.ndarray((rows, N), dtype=nl.float32, buffer=nl.shared_hbm))
+    if rows > R:
+        _zero_rows(outs, R, rows, N)
+    ones_row = nl.ndarray((1, PMAX), dtype=nl.float32, buffer=nl.sbuf, name="ones_row")
+    nisa.memset(dst=ones_row, value=1.0)
+    rtiles = tiles(R, PMAX)
+    for c0, csz in tiles(N, NFMAX):
+        za, zr, xs = [], [], []
+        for r0, rsz in rtiles:
+            for plane, kept, name in ((z_exact, za, "za"), (z_rest, zr, "zr")):
+                t = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
+                nisa.dma_copy(dst=t, src=plane[r0:r0 + rsz, c0:c0 + csz])
+                kept.append(t)
+            x = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="x")
+            nisa.tensor_tensor(dst=x, data1=za[-1], data2=zr[-1], op=nl.add)   # the one rounding of z
+            xs.append(x)
+        magic = _column_grid(xs, csz, beta, ones_row)
+        for (r0, _), a, r, x in zip(rtiles, za, zr, xs):
+            _split_tile(a, r, x, magic, outs, r0, c0)
+    return outs
+
+
+def resplit_reference(z_exact: np.ndarray, z_rest: np.ndarray, beta: int, ncols: int = 0, rows_out: int = 0):
+    """NumPy reference: the fp64 sum of the planes, zero rows to ``rows_out``, split by the host's rule
+    (mp2trn.precision.split)."""
+    from mp2trn.precision import split
+
+    n = ncols or z_exact.shape[1]
+    z = np.zeros((max(rows_out, z_exact.shape[0]), n))
+    z[:z_exact.shape[0]] = np.asarray(z_exact[:, :n], np.float64) + np.asarray(z_rest[:, :n], np.float64)
+    return split(z, 0, beta, with_full=True)
