@@ -6,11 +6,12 @@ kernel it must be split into the planes of mp2trn.precision — hi on a bf16-exa
 constant along the next contraction, lo the rest, x the full fp32 value. The SCF's exchange build is the
 case: ``Z = Cᵀ B_P`` (``batched_gemm_x3``) feeds ``K = Zᵀ Z`` (``syrk_x3``), whose contraction runs over Z's
 rows. Doing the split here keeps Z in device memory between the two launches; before, Z went to the host,
-was added in fp64, split and sent back at every build.
+was added in fp64, split and sent back at every build. The same kernel makes the SCF tensor's planes from the
+tensor sent as an fp32 pair (fp32(B), fp32(B − fp32(B)): 8 bytes per element instead of the planes' 16).
 
 Dimensions
-    R: rows of the launch — the next kernel's contraction, one grid per column over all of them (at most
-    :func:`rows_that_fit` for the column count, e.g. 1024 rows of 512 columns). W: columns of the inputs;
+    R: rows of the launch — the next kernel's contraction, one grid per column over each group of rows
+    (a group at most :func:`rows_that_fit` for the column count, e.g. 6912 rows of 326 columns). W: columns of the inputs;
     N ≤ W: the columns split (the first N). Any R, N otherwise (edge tiles are slices).
 
 Args
@@ -19,10 +20,13 @@ Args
     ncols: N, the columns to split (0: all W).
     rows_out: rows of the outputs (0: R); rows R .. rows_out are zero, so that every launch of the next
     kernel sees one shape (one compile) however many rows the last part of a block has.
+    group: rows per grid (0: all R): rows g·group .. (g+1)·group − 1 share one grid per column (the next
+    kernel contracts over each group separately: the tensor's (P, μ) rows split along μ per P use nao).
+    planes: 3 (hi, lo, x: a moving operand) or 2 (hi, lo: a stationary one).
 
 Returns
-    (hi bfloat16, lo float32, x float32), (rows_out, N) each, C-contiguous: the moving-operand planes of
-    mp2trn.precision.split for contraction along the rows, with
+    (hi bfloat16, lo float32, x float32), (rows_out, N) each, C-contiguous (the first ``planes`` of them):
+    the operand planes of mp2trn.precision.split for contraction along the rows (per group), with
         x = fp32(z_exact + z_rest);  grid[c] = 2^(⌊log2 max_r |x[r, c]|⌋ + 1 − β)
         hi = x rounded to a multiple of grid[c];  lo = fp32((z_exact − hi) + z_rest)
     The grid is a power of two no finer than z_exact's last bit and |z_exact − hi| is about grid/2, so
@@ -37,8 +41,8 @@ Engines
     partitions of a row tile. TensorE: the per-column constant c spread over the partitions (ones matmul).
 
 Pseudocode
-    for each column chunk (c0, ≤ 512 columns):
-        load every row tile of z_exact, z_rest [rows, chunk]                 # resident for the chunk
+    for each column chunk (c0, ≤ 512 columns), for each group of rows:
+        load every row tile of the group, z_exact and z_rest [rows, chunk]   # resident for the group
         x = z_exact + z_rest                                                 # VectorE, fp32
         m = max over row tiles of |x|                                        # VectorE, [128, chunk]
         m = max over partitions of m                                         # GpSimd, [1, chunk]
@@ -104,7 +108,7 @@ def _split_tile(za, zr, x, magic, outs, r0, c0):
     nisa.tensor_tensor(dst=lo, data1=lo, data2=zr, op=nl.add)
     hi16 = nl.ndarray((rsz, csz), dtype=nl.bfloat16, buffer=nl.sbuf, name="hi16")
     nisa.tensor_copy(dst=hi16, src=hi)                                # exact: at most β ≤ 8 significant bits
-    for out, t in zip(outs, (hi16, lo, x)):
+    for out, t in zip(outs, (hi16, lo, x)):                           # (hi16, lo) for a stationary operand
         nisa.dma_copy(dst=out[r0:r0 + rsz, c0:c0 + csz], src=t)
 
 
@@ -119,43 +123,51 @@ def _zero_rows(outs, r0, rows, ncols):
 
 
 @nki.jit
-def resplit_x3(z_exact, z_rest, beta, ncols=0, rows_out=0):
-    """(z_exact, z_rest) (R, W) float32 -> (hi bf16, lo, x) (rows_out, N) split along the rows (see the
-    module)."""
+def resplit_x3(z_exact, z_rest, beta, ncols=0, rows_out=0, group=0, planes=3):
+    """(z_exact, z_rest) (R, W) float32 -> (hi bf16, lo[, x]) (rows_out, N) split along the rows, one grid per
+    column for every ``group`` rows (see the module)."""
     R, W = z_exact.shape
     N = ncols if ncols else W
+    G = group if group else R
     rows = max(rows_out, R)
-    assert R <= rows_that_fit(N), f"resplit_x3: {R} rows of {N} columns do not fit SBUF; split the launch"
+    assert G <= rows_that_fit(N), f"resplit_x3: groups of {G} rows of {N} columns do not fit SBUF; split them"
     outs = (nl.ndarray((rows, N), dtype=nl.bfloat16, buffer=nl.shared_hbm),
             nl.ndarray((rows, N), dtype=nl.float32, buffer=nl.shared_hbm),
-            nl.ndarray((rows, N), dtype=nl.float32, buffer=nl.shared_hbm))
+            nl.ndarray((rows, N), dtype=nl.float32, buffer=nl.shared_hbm))[:planes]
     if rows > R:
         _zero_rows(outs, R, rows, N)
     ones_row = nl.ndarray((1, PMAX), dtype=nl.float32, buffer=nl.sbuf, name="ones_row")
     nisa.memset(dst=ones_row, value=1.0)
-    rtiles = tiles(R, PMAX)
     for c0, csz in tiles(N, NFMAX):
-        za, zr, xs = [], [], []
-        for r0, rsz in rtiles:
-            for plane, kept, name in ((z_exact, za, "za"), (z_rest, zr, "zr")):
-                t = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
-                nisa.dma_copy(dst=t, src=plane[r0:r0 + rsz, c0:c0 + csz])
-                kept.append(t)
-            x = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="x")
-            nisa.tensor_tensor(dst=x, data1=za[-1], data2=zr[-1], op=nl.add)   # the one rounding of z
-            xs.append(x)
-        magic = _column_grid(xs, csz, beta, ones_row)
-        for (r0, _), a, r, x in zip(rtiles, za, zr, xs):
-            _split_tile(a, r, x, magic, outs, r0, c0)
+        for g0, gsz in tiles(R, G):
+            rtiles = [(g0 + r0, rsz) for r0, rsz in tiles(gsz, PMAX)]    # tiles never straddle two groups
+            za, zr, xs = [], [], []
+            for r0, rsz in rtiles:
+                for plane, kept, name in ((z_exact, za, "za"), (z_rest, zr, "zr")):
+                    t = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
+                    nisa.dma_copy(dst=t, src=plane[r0:r0 + rsz, c0:c0 + csz])
+                    kept.append(t)
+                x = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="x")
+                nisa.tensor_tensor(dst=x, data1=za[-1], data2=zr[-1], op=nl.add)   # the one rounding of z
+                xs.append(x)
+            magic = _column_grid(xs, csz, beta, ones_row)
+            for (r0, _), a, r, x in zip(rtiles, za, zr, xs):
+                _split_tile(a, r, x, magic, outs, r0, c0)
     return outs
 
 
-def resplit_reference(z_exact: np.ndarray, z_rest: np.ndarray, beta: int, ncols: int = 0, rows_out: int = 0):
-    """NumPy reference: the fp64 sum of the planes, zero rows to ``rows_out``, split by the host's rule
-    (mp2trn.precision.split)."""
+def resplit_reference(z_exact: np.ndarray, z_rest: np.ndarray, beta: int, ncols: int = 0, rows_out: int = 0,
+                      group: int = 0, planes: int = 3):
+    """NumPy reference: the fp64 sum of the planes, zero rows to ``rows_out``, each group of rows split by the
+    host's rule (mp2trn.precision.split)."""
     from mp2trn.precision import split
 
-    n = ncols or z_exact.shape[1]
-    z = np.zeros((max(rows_out, z_exact.shape[0]), n))
-    z[:z_exact.shape[0]] = np.asarray(z_exact[:, :n], np.float64) + np.asarray(z_rest[:, :n], np.float64)
-    return split(z, 0, beta, with_full=True)
+    R, n = z_exact.shape[0], ncols or z_exact.shape[1]
+    z = np.zeros((max(rows_out, R), n))
+    z[:R] = np.asarray(z_exact[:, :n], np.float64) + np.asarray(z_rest[:, :n], np.float64)
+    out = [np.zeros(z.shape, d) for d in (np.dtype("bfloat16"), np.float32, np.float32)][:planes]
+    for g0 in range(0, R, group or R):
+        part = split(z[g0:g0 + (group or R)], 0, beta, with_full=True)
+        for o, q in zip(out, part):
+            o[g0:g0 + q.shape[0]] = q
+    return tuple(out)

@@ -109,6 +109,23 @@ def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
     return hi16, lo
 
 
+def fp32_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """fp64 ``x`` as two fp32 arrays (fp32(x), fp32(x − fp32(x))): 48 of its 53 bits in 8 bytes per element,
+    the form in which the SCF tensor goes to an NKI device that makes its compensated planes itself
+    (kernels/resplit.py); in parts on :func:`host_threads` threads."""
+    from .memory import prefaulted_empty
+
+    x = np.asarray(x, dtype=np.float64)
+    hi, lo = prefaulted_empty(x.shape, np.float32), prefaulted_empty(x.shape, np.float32)
+
+    def part(index: tuple) -> None:
+        np.copyto(hi[index], x[index], casting="same_kind")
+        np.subtract(x[index], hi[index], out=lo[index], casting="same_kind")
+
+    _in_parts(x.shape, -1, part)
+    return hi, lo
+
+
 def combine_planes(exact: np.ndarray, rest: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """exact + rest in fp64 (a compensated kernel's two output planes), in parts on :func:`host_threads`;
     into ``out`` (fp64, the planes' shape) when given: a buffer kept between builds is not new memory."""

@@ -139,3 +139,28 @@ def test_compensated_exchange_keeps_z_on_the_device():
     assert sum(m[1] for m in moves) < z_bytes                           # to the host: K's and J's (nao, nao) pairs
     assert sum(m[0] for m in moves) < z_bytes                           # to the device: C's and ρ's planes
     assert dev.launcher.kernels["scf_jk"] >= {"batched_gemm_x3", "resplit_x3", "syrk_x3", "gemm_x3"}
+
+
+def test_tensor_planes_made_on_the_device_equal_the_hosts_split():
+    """The SCF tensor goes to the device as an fp32 pair (8 bytes per element) and resplit_x3 makes both of
+    its plane sets there: the host's split's planes (hi and x bit for bit, lo to its last bit), nothing back."""
+    from mp2trn.devices.nki_device import _X3Block, _pad_rows
+    from mp2trn.devices.nki_launch import EmulatorLauncher
+
+    rng = np.random.default_rng(11)
+    naux, rows, nao = 150, 160, 30
+    b = _tensor(rng, naux, nao) * np.exp(2 * rng.standard_normal(naux))[:, None, None]
+    launcher = EmulatorLauncher("trn1")
+    made = _X3Block.pair_of(b, rows).made_on(launcher)
+    ref = _X3Block.split(_pad_rows(b, rows), b)
+    pairs = list(zip(made.by_mu, ref.by_mu)) + [p for m, r in zip(made.by_p, ref.by_p) for p in zip(m, r)]
+    assert len(pairs) == 2 + 3 * len(ref.by_p)
+    for got, want in pairs:
+        assert got.shape == want.shape and got.dtype == want.dtype
+        if want.dtype == np.float32:   # lo (and x): B's last bits differ from fp32(B) + fp32(B − fp32(B))
+            ulp = np.spacing(np.abs(want))
+            assert np.all(np.abs(got - want) <= ulp) and np.mean(got != want) < 1e-3
+        else:
+            assert np.array_equal(got.astype(np.float64), want.astype(np.float64))
+    moved = launcher.transfer_record()["scf_jk"]
+    assert moved["to_device"] == 8 * rows * nao * nao and moved["to_host"] == 0

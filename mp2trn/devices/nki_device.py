@@ -51,13 +51,14 @@ BLOCKS_ENV = "MP2TRN_NKI_BLOCKS"
 HBM_PER_CORE_GIB = {"trn1": 32 / 2, "trn2": 96 / 8}
 #: most distinct kernel signatures (NEFF compiles on Trainium) one run may use per stage, with the host's
 #: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per power-of-two factor width
-#: (initial guess ±, alpha, beta); ao_to_mo — per spin, the first block size and one larger one; metric —
+#: (initial guess ±, alpha, beta), and in fp32x3 resplit_x3 three times (Z's 1024-row launches, the tensor's
+#: two plane sets); ao_to_mo — per spin, the first block size and one larger one; metric —
 #: one column chunk per spin; pairs — diagonal and off-diagonal blocks per spin channel (αα, ββ, αβ);
 #: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways); zvector —
 #: per spin channel the Z-vector product's five GEMM shapes and five more of the G[X] columns (UHF: α and β);
 #: grad_gamma — per spin channel the fitting-basis pass's full block and its shorter last one.
 #: tests/test_compile_signatures.py holds runs of several sizes to it (tests/test_zvector_device.py a gradient).
-SIGNATURE_BOUND = {"scf_jk": 9, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6, "zvector": 20,
+SIGNATURE_BOUND = {"scf_jk": 12, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6, "zvector": 20,
                    "grad_gamma": 4}
 #: rows of Z per compensated exchange launch: β = 7 grid bits (mp2trn.precision.beta_for). One launch over a
 #: whole block (benzene/cc-pVDZ: 17 000 rows, β = 4) left tr(D ΔK) at 9e-7 (the exact Z); 2048 rows (β = 6)
@@ -273,12 +274,10 @@ class NkiDevice(Device):
         """The block in device memory: fp32 rows, or (compensated) its :class:`_X3Block` planes. The launcher
         keeps the arrays resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision."""
         p = block.shape[0]
-        rows = self._bucket(("scf_jk", block.shape[1]), p)
-        if planes > 1:
-            host = np.asarray(block, dtype=np.float64)
-            kept = _X3Block.split(_pad_rows(host, rows), host)
-            self.launcher.keep(*kept.arrays())
-            return kept
+        # whole 128-row tiles: Z's p·n rows (n ≥ 8) are then whole SYRK_X3_ROWS launches, one signature each
+        rows = self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128)
+        if planes > 1:   # the pair now (a streamed block is made by a reader thread), the planes at first use
+            return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows)
         kept = _pad_rows(np.asarray(block, dtype=F32), rows)   # (rows, nao, nao)
         self.launcher.keep(kept)
         return kept
@@ -289,7 +288,7 @@ class NkiDevice(Device):
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         if isinstance(block, _X3Block):
-            return self._jk_block_x3(block, factors, with_j, with_k)
+            return self._jk_block_x3(block.made_on(self.launcher), factors, with_j, with_k)
         from ..kernels.batched_gemm import batched_gemm
         from ..kernels.coulomb import coulomb
         from ..kernels.syrk import lower_to_full, syrk
@@ -303,8 +302,8 @@ class NkiDevice(Device):
                 for part in _factor_parts(c):
                     co = _padded_factor(part, F32)
                     kw = {"group": self.plan.ao_group(nao, co.shape[1], nao)}
-                    z = self.launcher.launch("scf_jk", batched_gemm, (block, co, eye), kw)   # (p·n, nao)
-                    vk += sign * lower_to_full(self.launcher.launch("scf_jk", syrk, (z,), {}))
+                    z = self.launcher.launch("scf_jk", batched_gemm, (block, co, eye), kw, stay=True)  # (p·n, nao)
+                    vk += sign * lower_to_full(self.launcher.launch("scf_jk", syrk, (z,), {}))   # Z stays there
         if with_j:
             flat = block.reshape(p, nao * nao)
             _, j = self.launcher.launch("scf_jk", coulomb, (flat, np.asarray(dm, dtype=F32).reshape(1, -1)), {})
@@ -337,7 +336,7 @@ class NkiDevice(Device):
         launch = self.launcher.launch
         p, nao = block.rows, block.nao
         eye = mode.split_operand(np.eye(nao), axis=0, moving=True)
-        vk = np.zeros((nao, nao)) if with_k else None
+        low = np.zeros((nao, nao)) if with_k else None    # Σ sign · (k_exact + k_rest), lower triangles, fp64
         density = np.zeros((nao, nao))
         for c, sign in factors:
             density += sign * (c @ c.T)
@@ -354,7 +353,9 @@ class NkiDevice(Device):
                     rows = slice(r0, min(p * n, r0 + SYRK_X3_ROWS))
                     planes = launch("scf_jk", resplit_x3, (exact[rows], rest[rows], beta),
                                     {"rows_out": SYRK_X3_ROWS}, stay=True)
-                    vk += sign * lower_to_full(mode.combine(launch("scf_jk", syrk_x3, planes, {})))
+                    for k in launch("scf_jk", syrk_x3, planes, {}):
+                        (np.add if sign > 0 else np.subtract)(low, k, out=low)
+        vk = lower_to_full(low) if with_k else None          # mirrored once per build
         rho = np.zeros(p)
         if with_j:
             rho[:block.host.shape[0]] = block.host.reshape(block.host.shape[0], -1) @ density.ravel()
@@ -631,7 +632,7 @@ def _padded_factor(part: np.ndarray, dtype) -> np.ndarray:
     return co
 
 
-@dataclass(frozen=True)
+@dataclass
 class _X3Block:
     """One block of the SCF tensor as the compensated J/K kernels read it, kept in device memory:
     ``by_mu`` = (hi bf16, lo fp32) of the (p, nao, nao) rows split along μ (the contraction of Z = CᵀB_P, the
@@ -639,15 +640,17 @@ class _X3Block:
     x) of the (rows, nao²) rows split along P (the contraction of J = Σ_P ρ_P B_P, the moving operand of
     ``gemm_x3``): 16 bytes per element."""
 
-    by_mu: tuple
-    by_p: tuple
+    by_mu: tuple | None
+    by_p: tuple | None
     rows: int
     nao: int
     host: np.ndarray    # the host's fp64 rows the planes were made from (not a copy): J's ρ = B·D
+    pair: tuple | None = None   # the rows as an fp32 pair until the device has made the planes
 
     @classmethod
     def split(cls, block: np.ndarray, host: np.ndarray) -> "_X3Block":
-        """The planes of ``block`` (p, nao, nao) fp64, zero-padded rows of ``host``."""
+        """The planes of ``block`` (p, nao, nao) fp64, zero-padded rows of ``host``, split on the host (the
+        reference :meth:`made_on` is tested against)."""
         mode = _compensated()
         p, nao, _ = block.shape
         flat = block.reshape(p, nao * nao)
@@ -655,8 +658,39 @@ class _X3Block:
                      for r0 in range(0, p, J_X3_ROWS))
         return cls(mode.split_operand(block, axis=1, moving=False), by_p, p, nao, host)
 
-    def arrays(self) -> tuple:
-        return (*self.by_mu, *(a for chunk in self.by_p for a in chunk))
+    @classmethod
+    def pair_of(cls, host: np.ndarray, rows: int) -> "_X3Block":
+        """A block whose planes the device will make (:meth:`made_on`): ``host`` (p, nao, nao) fp64, zero-padded
+        to ``rows`` rows, as an fp32 pair (:func:`mp2trn.precision.fp32_pair`: 8 bytes per element, against
+        the planes' 16). Host work only, so a reader thread can make the next streamed block meanwhile."""
+        from ..precision import fp32_pair
+
+        return cls(None, None, rows, host.shape[1], host, fp32_pair(_pad_rows(host, rows)))
+
+    def made_on(self, launcher) -> "_X3Block":
+        """This block with its planes in device memory (made at the first call, in the launching thread):
+        ``resplit_x3`` splits the pair along μ per (P, ν) (groups of nao of the (P, μ) rows; hi, lo) and
+        along P per :data:`J_X3_ROWS` rows (hi, lo, x). The same planes as :meth:`split` but for the last bit
+        where fp32(B) + fp32(B − fp32(B)) and B round to two sides of a grid point."""
+        if self.by_mu is not None:
+            return self
+        from ..kernels.resplit import resplit_x3
+        from ..precision import beta_for
+
+        rows, nao = self.rows, self.nao
+        hi, lo = self.pair
+        launcher.keep(hi, lo)                     # sent once for both launches
+        by_mu = launcher.launch("scf_jk", resplit_x3, (hi.reshape(rows * nao, nao), lo.reshape(rows * nao, nao),
+                                                       beta_for(nao)), {"group": nao, "planes": 2}, stay=True)
+        padded = -(-rows // J_X3_ROWS) * J_X3_ROWS
+        flat = launcher.launch("scf_jk", resplit_x3, (hi.reshape(rows, nao * nao), lo.reshape(rows, nao * nao),
+                                                      beta_for(J_X3_ROWS)), {"group": J_X3_ROWS, "rows_out": padded},
+                               stay=True)
+        launcher.drop(hi, lo)
+        self.by_mu = tuple(a.reshape(rows, nao, nao) for a in by_mu)
+        self.by_p = tuple(tuple(a[r0:r0 + J_X3_ROWS] for a in flat) for r0 in range(0, rows, J_X3_ROWS))
+        self.pair = None
+        return self
 
 
 class SimDevice(NkiDevice):
