@@ -62,9 +62,10 @@ Compensated mode ``batched_gemm_x3`` (precision "fp32x3", docs/precision.md)
     + full fp32 for moving operands; see kernels/gemm.py). The first half accumulates the exact
     hi·hi part (X_A) and the corrections (X_R) in two PSUM tiles. X must then be split again along μ
     (its contraction axis in the second half), per (P, i) column: TensorE transposes X_A/X_R to
-    [(P, i), μ] (128 rows), VectorE takes max|X_A| per row, GpSimd/VectorE turn it into a power of two
-    (exponent bits via an int32 view, ``bitwise_and``), and the round-to-grid is the fp32 trick
-    hi = (x + c) − c with c = 1.5·2^23·grid (two fp32 writes); lo = (X_A − hi) + X_R; both are
+    [(P, i), μ] (128 rows), VectorE takes max|X_A + X_R| per row, GpSimd/VectorE turn it into a power of
+    two (exponent bits via an int32 view, ``bitwise_and``), and the round-to-grid is the fp32 trick
+    hi = (x + c) − c with x = X_A + X_R and c = 1.5·2^23·grid (two fp32 writes); lo = (X_A − hi) + X_R
+    (hi from X_A alone would leave lo up to X_R larger than grid/2: X_R holds the hi·lo products, 2^-β of X); both are
     transposed back to [μ, (P, i)] for the second half, which accumulates hi·hi and hi·lo + lo·x in
     two PSUM tiles and writes both: (P|ia) leaves the chip as an fp32 pair, never rounded to fp32 (the
     metric step amplifies white rounding noise in (P|ia), see docs/precision.md).
@@ -169,7 +170,7 @@ def _resplit(xs, ktiles, ncols, nao, beta):
             nl.ndarray((msz, ncols), dtype=nl.float32, buffer=nl.sbuf, name="xh32"),
             nl.ndarray((msz, ncols), dtype=nl.float32, buffer=nl.sbuf, name="xlo")) for _, msz in ktiles]
     for r0, rsz in tiles(ncols, PMAX):
-        # pass 1: row maxima of |X_A| over all μ (row layout via TensorE transposes, 512 columns at a time)
+        # pass 1: row maxima of |X_A + X_R| over all μ (row layout via TensorE transposes, 512 columns at a time)
         mx = nl.ndarray((rsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="rowmax")
         nisa.memset(dst=mx, value=0.0)
         for c0, csz in tiles(nao, NFMAX):
@@ -186,7 +187,7 @@ def _resplit(xs, ktiles, ncols, nao, beta):
         nisa.tensor_scalar(dst=pw.view(nl.int32), data=mx.view(nl.int32), op0=nl.bitwise_and, operand0=EXP_MASK)
         magic = nl.ndarray((rsz, 1), dtype=nl.float32, buffer=nl.sbuf, name="magic")
         nisa.tensor_scalar(dst=magic, data=pw, op0=nl.multiply, operand0=MAGIC * 2.0 ** (1 - beta))
-        # pass 2: hi = (X_A + c) − c (two fp32 writes: each result is rounded to fp32), lo = (X_A − hi) + X_R
+        # pass 2: hi = (x + c) − c (two fp32 writes: each result is rounded to fp32), lo = (X_A − hi) + X_R
         for c0, csz in tiles(nao, NFMAX):
             ta = _to_rows(xs, ktiles, 0, r0, rsz, c0, csz)
             tr = _to_rows(xs, ktiles, 1, r0, rsz, c0, csz)

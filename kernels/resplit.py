@@ -11,7 +11,8 @@ tensor sent as an fp32 pair (fp32(B), fp32(B − fp32(B)): 8 bytes per element i
 
 Dimensions
     R: rows of the launch — the next kernel's contraction, one grid per column over each group of rows
-    (a group at most :func:`rows_that_fit` for the column count, e.g. 6912 rows of 326 columns). W: columns of the inputs;
+    (a group of at most :func:`rows_that_fit` rows for the column count — 4608 rows of 326 columns on trn1
+    — stays in SBUF while it is split; a larger one is read twice, for its maxima and for the split). W: columns of the inputs;
     N ≤ W: the columns split (the first N). Any R, N otherwise (edge tiles are slices).
 
 Args
@@ -66,8 +67,8 @@ __all__ = ["resplit_x3", "resplit_reference", "rows_that_fit"]
 
 
 def rows_that_fit(ncols, budget=0):
-    """The most rows one launch takes: both input planes and x of every row tile stay in SBUF for a column
-    chunk (12 bytes per element per partition), beside the maxima, the spread constant and the output tiles."""
+    """The most rows of a group kept in SBUF: both input planes and x of every row tile stay there for a
+    column chunk (12 bytes per element per partition), beside the maxima, the spread constant and the output tiles."""
     budget = budget or sbuf_budget()
     csz = min(max(ncols, 1), NFMAX)
     fixed = csz * (3 * FP32 + 2 * (2 + 2 * FP32))     # maxima, |x| and C; hi16, hi and lo of two row tiles
@@ -122,6 +123,18 @@ def _zero_rows(outs, r0, rows, ncols):
                 nisa.dma_copy(dst=out[r0 + q0:r0 + q0 + qsz, c0:c0 + csz], src=z)
 
 
+def _load_tile(z_exact, z_rest, r0, rsz, c0, csz):
+    """(z_exact, z_rest, x = z_exact + z_rest) of one row tile in SBUF."""
+    pair = []
+    for plane, name in ((z_exact, "za"), (z_rest, "zr")):
+        t = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
+        nisa.dma_copy(dst=t, src=plane[r0:r0 + rsz, c0:c0 + csz])
+        pair.append(t)
+    x = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="x")
+    nisa.tensor_tensor(dst=x, data1=pair[0], data2=pair[1], op=nl.add)   # the one rounding of z
+    return pair[0], pair[1], x
+
+
 @nki.jit
 def resplit_x3(z_exact, z_rest, beta, ncols=0, rows_out=0, group=0, planes=3):
     """(z_exact, z_rest) (R, W) float32 -> (hi bf16, lo[, x]) (rows_out, N) split along the rows, one grid per
@@ -130,10 +143,9 @@ def resplit_x3(z_exact, z_rest, beta, ncols=0, rows_out=0, group=0, planes=3):
     N = ncols if ncols else W
     G = group if group else R
     rows = max(rows_out, R)
-    assert G <= rows_that_fit(N), f"resplit_x3: groups of {G} rows of {N} columns do not fit SBUF; split them"
-    outs = (nl.ndarray((rows, N), dtype=nl.bfloat16, buffer=nl.shared_hbm),
-            nl.ndarray((rows, N), dtype=nl.float32, buffer=nl.shared_hbm),
-            nl.ndarray((rows, N), dtype=nl.float32, buffer=nl.shared_hbm))[:planes]
+    resident = G <= rows_that_fit(N)      # else each tile of a group is read twice: maxima, then the split
+    dtypes = (nl.bfloat16, nl.float32, nl.float32)[:planes]
+    outs = tuple(nl.ndarray((rows, N), dtype=d, buffer=nl.shared_hbm) for d in dtypes)
     if rows > R:
         _zero_rows(outs, R, rows, N)
     ones_row = nl.ndarray((1, PMAX), dtype=nl.float32, buffer=nl.sbuf, name="ones_row")
@@ -141,18 +153,15 @@ def resplit_x3(z_exact, z_rest, beta, ncols=0, rows_out=0, group=0, planes=3):
     for c0, csz in tiles(N, NFMAX):
         for g0, gsz in tiles(R, G):
             rtiles = [(g0 + r0, rsz) for r0, rsz in tiles(gsz, PMAX)]    # tiles never straddle two groups
-            za, zr, xs = [], [], []
-            for r0, rsz in rtiles:
-                for plane, kept, name in ((z_exact, za, "za"), (z_rest, zr, "zr")):
-                    t = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name=name)
-                    nisa.dma_copy(dst=t, src=plane[r0:r0 + rsz, c0:c0 + csz])
-                    kept.append(t)
-                x = nl.ndarray((rsz, csz), dtype=nl.float32, buffer=nl.sbuf, name="x")
-                nisa.tensor_tensor(dst=x, data1=za[-1], data2=zr[-1], op=nl.add)   # the one rounding of z
-                xs.append(x)
-            magic = _column_grid(xs, csz, beta, ones_row)
-            for (r0, _), a, r, x in zip(rtiles, za, zr, xs):
-                _split_tile(a, r, x, magic, outs, r0, c0)
+            if resident:
+                loaded = [_load_tile(z_exact, z_rest, r0, rsz, c0, csz) for r0, rsz in rtiles]
+                magic = _column_grid([t[2] for t in loaded], csz, beta, ones_row)
+            else:
+                magic = _column_grid((_load_tile(z_exact, z_rest, r0, rsz, c0, csz)[2] for r0, rsz in rtiles),
+                                     csz, beta, ones_row)
+            for k, (r0, rsz) in enumerate(rtiles):
+                za, zr, x = loaded[k] if resident else _load_tile(z_exact, z_rest, r0, rsz, c0, csz)
+                _split_tile(za, zr, x, magic, outs, r0, c0)
     return outs
 
 

@@ -482,7 +482,7 @@ def tables(recs: list[dict]) -> str:
 def cmd_table(args) -> None:
     recs = load(Path(args.records))
     text = tables(recs)
-    machine = next((r["machine"] for r in recs if r.get("threads") == "all"), "")
+    machine = next((r["machine"] for r in reversed(recs) if r.get("threads") == "all"), "")   # the newest: the rows' records
     block = (f"{BEGIN}\nMODELED device times, measured host times. Produced by `python "
              f"scripts/bench_trainium_whole_run.py table` from docs/trainium_whole_run.jsonl (measured on {machine}; "
              f"* = extrapolated host stages). Overlapped s: the host's 3-index integral blocks made while the device "

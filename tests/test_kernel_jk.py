@@ -164,3 +164,19 @@ def test_tensor_planes_made_on_the_device_equal_the_hosts_split():
             assert np.array_equal(got.astype(np.float64), want.astype(np.float64))
     moved = launcher.transfer_record()["scf_jk"]
     assert moved["to_device"] == 8 * rows * nao * nao and moved["to_host"] == 0
+
+
+def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():
+    """A group of more rows than SBUF holds for its columns (3300 rows of 520 columns on trn1: 2816 fit) is
+    read twice, for its column maxima and for the split: the same planes as the host's split."""
+    from mp2trn.kernels.resplit import resplit_reference, resplit_x3, rows_that_fit
+
+    rng = np.random.default_rng(5)
+    rows, cols = 3300, 520
+    z = rng.standard_normal((rows, cols)) * np.exp(rng.standard_normal(cols))
+    exact = z.astype(np.float32)
+    rest = ((z - exact) * 300).astype(np.float32)        # a corrections plane well above fp32 rounding
+    assert rows > rows_that_fit(cols)
+    planes, _ = run(resplit_x3, exact, rest, 6)
+    for got, want in zip(planes, resplit_reference(exact, rest, 6)):
+        assert np.array_equal(got.astype(np.float64), want.astype(np.float64))

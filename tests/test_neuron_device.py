@@ -129,3 +129,20 @@ def test_neuron_holds_b_and_slices_its_blocks_in_hbm(fake_xla, monkeypatch):
     sent = [shape for st, shape in copies if st == "pairs"]
     assert sent.count((naux, nocc * nvir)) == 1                     # B itself, once
     assert all(shape[0] != naux for shape in sent if shape != (naux, nocc * nvir))   # no block of it
+
+
+def test_neuron_launcher_frees_a_dropped_array_and_never_reuses_a_stale_copy(fake_xla):
+    """drop() frees the device tensor of a kept array; keep() of an array (say, a new one that got a freed
+    array's id) copies it afresh at its next launch instead of handing out the old device tensor."""
+    launcher = get_device("neuron", "fp32").launcher
+    a = np.arange(6, dtype=np.float32).reshape(2, 3).copy()   # its own root (the device keys on it)
+    launcher.keep(a)
+    launcher._to_device(a)
+    assert id(a) in launcher._resident
+    launcher.drop(a)
+    assert id(a) not in launcher._resident
+    launcher.keep(a)
+    assert launcher._to_device(a).numpy()[0, 0] == 0
+    a[:] = 7
+    launcher.keep(a)
+    assert launcher._to_device(a).numpy()[0, 0] == 7

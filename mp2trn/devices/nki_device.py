@@ -284,7 +284,6 @@ class NkiDevice(Device):
 
     def release_jk(self) -> None:
         self.launcher.drop_kept()
-        self._buffers = {}
 
     def jk_block(self, block, factors, dm, with_j, with_k):
         if isinstance(block, _X3Block):
@@ -609,8 +608,10 @@ def _exact_along_density(vj: np.ndarray, density: np.ndarray, trace: float) -> n
     The compensated J = Σ_P ρ_P B_P is good to ~1e-10 of Σ|ρ_P B_P|, the rounding of its fp32 corrections
     (rows of B far below their column's grid keep only fp32 precision), and the SCF energy takes
     ½ tr(D J) at first order: ethylene/def2-SVP was 4.8e-9 Eh off from that alone. The added multiple is of
-    that size (~1e-10 of J), so the Fock matrix, and with it the orbitals, move only at that level; the energy
-    gets the exact fitted Coulomb term. A difference-density build is corrected along its ΔD alike."""
+    that size (~1e-10 of J), so the Fock matrix, and with it the orbitals, move only at that level; a closed
+    shell's energy gets the exact fitted Coulomb term. Each density set is corrected along itself: for UHF the
+    cross term tr(D_α J_β) keeps the compensated rounding (hydroxyl: 1.3e-9 Eh off the fp64 SCF). A
+    difference-density build is corrected along its ΔD alike."""
     norm = float(np.vdot(density, density))
     if norm == 0.0:
         return vj

@@ -170,8 +170,8 @@ class Launcher:
             self._kept[id(a)] = weakref.ref(a, lambda _r, k=id(a): self._kept.pop(k, None))
             # what an earlier launch sent of it is no copy to keep (the host may have written the array
             # since, as B's metric solve does in place): the first launch from now on sends it
-            for key in [k for k in self._on_device if k[0] == id(a)]:
-                del self._on_device[key]
+            for key in [k for k in list(self._on_device) if k[0] == id(a)]:   # a snapshot: a reader thread
+                self._on_device.pop(key, None)                                 # may keep while a launch counts
 
     def drop_kept(self) -> None:
         """Free the arrays kept in device memory (after the SCF)."""
@@ -427,7 +427,8 @@ class RealSimLauncher(Launcher):
 
 class NeuronLauncher(Launcher):
     """``@nki.jit`` kernels on torch-neuronx XLA tensors: one host->device copy of the inputs and one
-    device->host copy of the outputs per launch, nothing in between (no per-pair launches)."""
+    device->host copy of the outputs per launch, nothing in between (no per-pair launches); kept inputs are
+    copied once, and the outputs of a ``stay`` launch are returned as the device tensors they are."""
 
     impl = "real"
 
@@ -450,6 +451,21 @@ class NeuronLauncher(Launcher):
     def drop_kept(self) -> None:
         super().drop_kept()
         self._resident.clear()
+
+    def keep(self, *arrays: np.ndarray) -> None:
+        """As :meth:`Launcher.keep`; a device tensor left from an earlier array with the same id (freed on the
+        host since) is forgotten, so this array is copied at its first launch."""
+        for a in map(root_array, arrays):
+            self._resident.pop(id(a), None)
+        super().keep(*arrays)
+
+    def drop(self, *arrays: np.ndarray) -> None:
+        """As :meth:`Launcher.drop`, and the device tensors of these arrays are freed."""
+        for a in map(root_array, arrays):
+            ref = self._kept.get(id(a))
+            if ref is not None and ref() is a:
+                self._resident.pop(id(a), None)
+        super().drop(*arrays)
 
     def _to_device(self, a):
         if not isinstance(a, np.ndarray):
