@@ -323,8 +323,8 @@ class NkiDevice(Device):
                                     moving
 
         ρ is exact (fp64, the host's rows) rather than the coulomb kernel's ρ = B·D, which runs on VectorE,
-        whose fp32 products a split cannot make exact; ρ from the device's Cᵀ B_P C left benzene's SCF energy
-        1e-8 Eh off, against 1.4e-9 with this one. Until the resplit kernel, Z itself went to the host at
+        whose fp32 products a split cannot make exact (a ρ traced off the device's Cᵀ B_P C, tried, was less
+        accurate than this fp64 one). Until the resplit kernel, Z itself went to the host at
         every build (0.3 GB for Inosine/cc-pVDZ), was added in fp64, split and sent back."""
         from ..kernels.batched_gemm import batched_gemm_x3
         from ..kernels.gemm import gemm_x3
@@ -608,7 +608,8 @@ def _exact_along_density(vj: np.ndarray, density: np.ndarray, trace: float) -> n
 
     The compensated J = Σ_P ρ_P B_P is good to ~1e-10 of Σ|ρ_P B_P|, the rounding of its fp32 corrections
     (rows of B far below their column's grid keep only fp32 precision), and the SCF energy takes
-    ½ tr(D J) at first order: ethylene/def2-SVP was 4.8e-9 Eh off from that alone. The added multiple is of
+    ½ tr(D J) at first order: stannane/def2-SVP was 1.6e-8 Eh off the fp64 SCF before this correction,
+    5.7e-11 after (``python scripts/scf_schedule_errors.py``, docs/precision.md). The added multiple is of
     that size (~1e-10 of J), so the Fock matrix, and with it the orbitals, move only at that level; a closed
     shell's energy gets the exact fitted Coulomb term. Each density set is corrected along itself: for UHF the
     cross term tr(D_α J_β) keeps the compensated rounding (hydroxyl: 1.3e-9 Eh off the fp64 SCF). A
