@@ -44,13 +44,18 @@ def _package_dirs(package: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def _all_blas_libraries() -> tuple:
+    """Every BLAS library loaded in this process (threadpoolctl's controllers), looked up once: a scan of
+    the loaded libraries costs ~2 ms, and a triangular solve or a J/K build asks at every call; mp2trn
+    imports NumPy, SciPy and PySCF before the first lookup."""
+    return tuple(lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas")
+
+
+@functools.lru_cache(maxsize=None)
 def _blas_libraries(owner: str) -> tuple[list, list]:
     """(``owner``'s BLAS libraries, the other BLAS libraries); nothing to hold back when ``owner``'s own
-    cannot be told apart (e.g. NumPy and SciPy sharing one system BLAS: then there is one pool).
-
-    Looked up once per process (a scan of the loaded libraries costs ~2 ms, and a triangular solve asks at
-    every call); mp2trn imports NumPy, SciPy and PySCF before the first lookup."""
-    blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+    cannot be told apart (e.g. NumPy and SciPy sharing one system BLAS: then there is one pool)."""
+    blas = list(_all_blas_libraries())
     dirs = _package_dirs(owner)
     mine = [lib for lib in blas if os.path.abspath(lib.filepath).startswith(dirs)]
     return (mine, [lib for lib in blas if lib not in mine]) if mine else ([], [])
@@ -91,6 +96,39 @@ def one_blas_pool(owner: str = "numpy") -> Iterator[list[str]]:
             lib.set_num_threads(n)
 
 
+def blas_threads() -> int:
+    """The threads of NumPy's BLAS pool as mp2trn found it (of the one BLAS when NumPy's cannot be told
+    apart; 1 without threadpoolctl): the pool's size, and how many parts work split over the cores by
+    :func:`one_thread_each` runs in."""
+    if ThreadpoolController is None:
+        return 1
+    pools = _blas_libraries("numpy")[0] or list(_all_blas_libraries())
+    return max(1, _ORIGINAL.get(pools[0].filepath, pools[0].num_threads)) if pools else 1
+
+
+@contextlib.contextmanager
+def one_thread_each() -> Iterator[None]:
+    """Inside the block every BLAS library runs on one thread, so that the caller's own threads, one per
+    core, can each run a part of the work with BLAS calls of their own (the parts take the place of
+    NumPy's pool: still one set of threads on the cores). Small GEMMs and the elementwise work between
+    them then run on all cores at once, where a pool would run the GEMMs on all cores and the rest on one
+    (the cpu device's J/K builds). Nests with :func:`one_blas_pool`; leaving restores the counts."""
+    if ThreadpoolController is None:
+        yield
+        return
+    found = [(lib, lib.num_threads) for lib in _all_blas_libraries()]
+    for lib, n in found:
+        _ORIGINAL.setdefault(lib.filepath, n)
+        if n > 1:
+            lib.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for lib, n in found:
+            if n > 1:
+                lib.set_num_threads(n)
+
+
 def pool_note() -> str:
     """For the output: the BLAS pool of mp2trn's GEMMs, and the libraries a run holds to one thread."""
     if ThreadpoolController is None:
@@ -104,4 +142,4 @@ def pool_note() -> str:
     return f"NumPy's {mine[0].internal_api}, {threads} thread{'' if threads == 1 else 's'}{rest}"
 
 
-__all__ = ["one_blas_pool", "pool_note"]
+__all__ = ["blas_threads", "one_blas_pool", "one_thread_each", "pool_note"]

@@ -11,8 +11,8 @@
                                                # PySCF's outcore get_jk on that file vs resident builds
 
 Prints seconds per build (best of --repeat), GFLOP/s of the exchange build (counted as
-4·naux·nao²·nocc: the half-transform B_P C and the rank update, as PySCF counts none of the syrk saving),
-the speed-up over PySCF and max |ΔJ|, |ΔK|. ``--cast`` times the two ways of having the fp64 tensor
+4·naux·nao²·nocc: the half-transform B_P C and the rank update, as PySCF counts none of the syrk saving)
+and its share of this run's DGEMM (fp64) or SGEMM (fp32) rate, the speed-up over PySCF and max |ΔJ|, |ΔK|. ``--cast`` times the two ways of having the fp64 tensor
 (naux, nao, nao) in fp32 for an fp32 build: a kept copy (fresh memory, made once per SCF) against
 converting at every build, either each 256-row block whole into one reused buffer before its GEMMs, or,
 as the cpu device does, a few rows at a time, read by the GEMMs while still in cache; run it in a fresh
@@ -135,14 +135,12 @@ def part_costs(mol, precisions: list[str], repeat: int, threads: int | None) -> 
     print(f"GEMM {GEMM_N}³ in this run ({how}): DGEMM {rates['fp64']:.0f}, SGEMM {rates['fp32']:.0f} GFLOP/s")
     for precision in precisions:
         _print_parts(mol, dm, get_device("cpu", precision), packed, precision, repeat, clock, rates[precision])
-        if precision == "fp64":   # the other fp64 packed path, for the ratio within this run
-            symm = get_device("cpu", precision)
-            symm.fp64_packed_symm = not symm.fp64_packed_symm
-            _print_parts(mol, dm, symm, packed, "fp64, " + ("dtpttr + dsymm per row" if symm.fp64_packed_symm else
-                                                            "PySCF's unpack + one GEMM per few rows"),
-                         repeat, clock, rates[precision])
-        if precision == "fp32":   # the same build as before the fp32 copy, for the ratio within this run
-            _print_parts(mol, dm, ConvertingCpu(precision), packed, "fp32, converted at every build (before the copy)",
+        pool = get_device("cpu", precision)   # the same builds with NumPy's pool in each GEMM, within this run
+        pool.split_over_cores = False
+        _print_parts(mol, dm, pool, packed, f"{precision}, one part, NumPy's pool in each GEMM", repeat, clock,
+                     rates[precision])
+        if precision == "fp32":   # without room for the copy: unpacked and converted at every build
+            _print_parts(mol, dm, ConvertingCpu(precision), packed, "fp32, no copy: converted at every build",
                          repeat, clock, rates[precision])
 
 
@@ -160,7 +158,11 @@ _PIECE_FLOPS = {"half-transform Z = C^T B_P": 2.0, "syrk K += Z^T Z": 1.0, "J: r
 
 
 def _print_parts(mol, dm, dev: CpuDevice, packed: np.ndarray, label: str, repeat: int, clock, gemm_rate: float) -> None:
-    """Packed builds on ``dev``, piece by piece (the best build of ``repeat``), timed by ``clock``."""
+    """Packed builds on ``dev``, piece by piece (the best build of ``repeat``), timed by ``clock``. A build
+    split over the cores times each part in its thread: its pieces are core-seconds, set against the
+    build's wall time × its parts, and each piece's rate against one core's share of the GEMM rate."""
+    from mp2trn.threads import blas_threads
+
     mf = density_fit_jk(scf.RHF(mol).density_fit(), device=dev, max_memory=default_memory_mb())
     mf.with_df.tensor.full = packed   # the tensor just built: the first build makes only the device's blocks
     parts = dev.time_jk_parts(clock)
@@ -175,19 +177,23 @@ def _print_parts(mol, dm, dev: CpuDevice, packed: np.ndarray, label: str, repeat
         if wall < best_wall:
             best_wall, best_parts, best_cpu = wall, dict(parts), cpu
     naux, nao, nocc = packed.shape[0], mol.nao_nr(), mol.nelectron // 2
+    n = blas_threads() if dev.split_over_cores and clock is not time.thread_time else 1
     flops = 3.0 * naux * nao * nao * nocc
     print(f"\n{label} packed build: {best_wall:.3f} s by the clock, {best_cpu:.3f} s CPU (all threads), best of "
-          f"{repeat}; K's Z and syrk (3·naux·nao²·nocc) at {flops / best_wall / 1e9:.0f} GFLOP/s, "
-          f"{flops / best_wall / 1e9 / gemm_rate:.0%} of the GEMM rate {gemm_rate:.0f}")
-    print("| piece | s per build | GFLOP/s | of the GEMM rate | share of the build |")
+          f"{repeat}, {n} part{'s' if n > 1 else ''}; K's Z and syrk (3·naux·nao²·nocc) at {flops / best_wall / 1e9:.0f} "
+          f"GFLOP/s, {flops / best_wall / 1e9 / gemm_rate:.0%} of the GEMM rate {gemm_rate:.0f}; counted as "
+          f"4·naux·nao²·nocc (PySCF's count, the issue's table): {flops * 4 / 3 / best_wall / 1e9 / gemm_rate:.0%}")
+    print(f"| piece | {'core-' if n > 1 else ''}s per build | GFLOP/s | of the GEMM rate{' per core' if n > 1 else ''} "
+          "| share of the build |")
     print("|---|---:|---:|---:|---:|")
     for piece, seconds in sorted(best_parts.items(), key=lambda kv: -kv[1]):
         factor = _PIECE_FLOPS.get(piece)
         rate = factor * naux * nao * nao * nocc / seconds / 1e9 if factor and seconds > 0 else None
-        cells = f"{rate:.0f} | {rate / gemm_rate:.0%}" if rate else "- | -"
-        print(f"| {piece} | {seconds:.3f} | {cells} | {seconds / best_wall:.0%} |")
-    rest = best_wall - sum(best_parts.values())
-    print(f"| rest (Python, block loop, J unpack) | {rest:.3f} | - | - | {rest / best_wall:.0%} |")
+        cells = f"{rate:.0f} | {rate * n / gemm_rate:.0%}" if rate else "- | -"
+        print(f"| {piece} | {seconds:.3f} | {cells} | {seconds / (best_wall * n):.0%} |")
+    rest = best_wall * n - sum(best_parts.values())
+    print(f"| rest (Python, block loop, J unpack{', parts waiting' if n > 1 else ''}) | {rest:.3f} | - | - | "
+          f"{rest / (best_wall * n):.0%} |")
     for piece, seconds in once.items():
         print(f"| {piece} | {seconds:.3f} | - | - | (not in the build) |")
     mf.with_df.release()
@@ -242,10 +248,13 @@ def main() -> None:
     nao, naux, nocc = mol.nao_nr(), ref.with_df.get_naoaux(), mol.nelectron // 2
     flops = 4.0 * naux * nao * nao * nocc
     (vj0, vk0), t_ref = best(lambda: ref.get_jk(mol, dm), args.repeat)
+    rates = {p: measure_gemm_rate(np.float32 if p == "fp32" else np.float64) for p in ("fp64", "fp32")}
     print(f"{Path(args.xyz).stem}/{args.basis}: nao {nao}, naux {naux}, nocc {nocc}; {machine_description()}")
-    print("| code | s per J/K build | GFLOP/s (K) | speed-up vs PySCF | max abs dJ | max abs dK |")
-    print("|---|---:|---:|---:|---:|---:|")
-    print(f"| PySCF get_jk (fp64) | {t_ref:.3f} | {flops / t_ref / 1e9:.0f} | 1.00 | 0 | 0 |")
+    print(f"GEMM {GEMM_N}³ in this run: DGEMM {rates['fp64']:.0f}, SGEMM {rates['fp32']:.0f} GFLOP/s")
+    print("| code | s per J/K build | GFLOP/s (K) | of the GEMM rate | speed-up vs PySCF | max abs dJ | max abs dK |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(f"| PySCF get_jk (fp64) | {t_ref:.3f} | {flops / t_ref / 1e9:.0f} | {flops / t_ref / 1e9 / rates['fp64']:.0%} "
+          "| 1.00 | 0 | 0 |")
     devices = [(args.device, None)] + ([("cpu", "unpacked")] if args.layouts else [])
     for precision in args.precision:
         for name, variant in devices:
@@ -256,7 +265,8 @@ def main() -> None:
             mf.get_jk(mol, dm)  # the first build moves the tensor to the device (once per SCF)
             (vj, vk), t = best(lambda: mf.get_jk(mol, dm), args.repeat)
             where = ("resident" if not mf.with_df.tensor.streamed else "streamed") + f", {mf.with_df.tensor.layout}"
-            print(f"| mp2trn {name} {precision} ({where}) | {t:.3f} | {flops / t / 1e9:.0f} | {t_ref / t:.2f} | "
+            share = flops / t / 1e9 / rates["fp32" if precision == "fp32" else "fp64"]
+            print(f"| mp2trn {name} {precision} ({where}) | {t:.3f} | {flops / t / 1e9:.0f} | {share:.0%} | {t_ref / t:.2f} | "
                   f"{np.abs(vj - vj0).max():.1e} | {np.abs(vk - vk0).max():.1e} |")
             mf.with_df.release()
 
@@ -268,8 +278,8 @@ class UnpackedCpu(CpuDevice):
 
 
 class ConvertingCpu(CpuDevice):
-    """The cpu device as it was before the fp32 copy: fp32 builds convert the packed fp64 rows a few at a
-    time at every build (and keep no copy)."""
+    """The cpu device without room for its fp32 copy: fp32 builds unpack and convert the packed fp64 rows a
+    few at a time at every build."""
 
     def jk_copy_itemsize(self, dtype) -> int:
         return 0

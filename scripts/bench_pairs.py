@@ -6,10 +6,10 @@
 Random B (the step's time does not depend on the values) of the given sizes, paired as a run pairs it
 (blocks of the memory plan's occupied block, i ≤ j over blocks): the whole step, its GEMMs alone, and so
 the elementwise reduction T·(T or Tᵀ)/D as the rest; each as counted GFLOP/s (the T GEMMs' arithmetic)
-and share of the GEMM rate measured in the same run. Beside the cpu device, a layout tried and found
-slower (every pair's tile contiguous). The reduction is NumPy elementwise work on one thread: its share
-on one thread is what it costs, and on n threads, where the GEMMs run n times faster, roughly n times
-that. ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
+and share of the GEMM rate measured in the same run. Beside the cpu device (its rows split over the cores,
+one BLAS thread each, so that each core reduces its own pairs between its own GEMMs), the same step in one
+part with NumPy's pool in each GEMM (the reduction, NumPy elementwise work, then runs on one core while the
+others wait), and a layout tried and found slower (every pair's tile contiguous). ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
 loaded machine disturbs far less than wall time. A benchmark: it asserts nothing about speed; it checks
 that both layouts give the same pair sums (1e-12 relative in fp64).
 """
@@ -114,8 +114,10 @@ def main() -> None:
     for precision in args.precision:
         dtype = np.float32 if precision == "fp32" else np.float64
         b = b64.astype(dtype)
-        variants = {"cpu device": CpuDevice(precision), "its GEMMs alone": GemmOnly(precision),
-                    "tried: contiguous tiles": ContiguousTilesCpu(precision)}
+        pool = CpuDevice(precision)
+        pool.split_over_cores = False
+        variants = {"cpu device": CpuDevice(precision), "one part, NumPy's pool in each GEMM": pool,
+                    "its GEMMs alone": GemmOnly(precision), "tried: contiguous tiles": ContiguousTilesCpu(precision)}
         best = dict.fromkeys(list(variants) + ["gemm"], float("inf"))
         results = {}
         for _ in range(args.repeat):   # round robin, the GEMM rate among them: a changing load meets all alike

@@ -22,8 +22,14 @@ def _block(rng, naux, n, nv):
     return 0.1 * rng.standard_normal((naux, n, nv))
 
 
+@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("precision,rel", [("fp64", 1e-13), ("fp32", 1e-5)])
-def test_pair_sums_match_the_textbook(precision, rel):
+def test_pair_sums_match_the_textbook(precision, rel, parts, monkeypatch):
+    """Rows split over 3 threads of one BLAS thread each (the diagonal block's ranges balanced by pairs, so
+    uneven in rows), or in the calling thread, as on a machine with that many BLAS threads."""
+    import mp2trn.devices.cpu
+
+    monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: parts)
     rng = np.random.default_rng(7)
     dev = get_device("cpu", precision)
     naux, ni, nj, nva, nvb = 40, 5, 3, 11, 7
@@ -45,3 +51,35 @@ def test_pair_sums_match_the_textbook(precision, rel):
             assert np.abs(x - ref_x).max() <= rel * np.abs(ref_x).max() and np.abs(ref_x).max() > 0
         else:
             assert x is None
+
+
+def test_work_is_split_over_the_cores_one_blas_thread_each(monkeypatch):
+    """The cpu device's split: contiguous ranges covering every row once, balanced by work (a triangle's
+    first rows hold more pairs), each run on its own thread while every BLAS library runs one thread; one
+    range in the calling thread, BLAS untouched, when the split is off."""
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    import mp2trn.devices.cpu
+
+    monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: 3)
+    dev = get_device("cpu")
+    calls = []
+
+    def run(k, i0, i1):
+        calls.append((k, i0, i1, threading.get_ident(), max(i["num_threads"] for i in threadpool_info()
+                                                            if i["user_api"] == "blas")))
+
+    work = np.arange(30, 0, -1, dtype=float)
+    dev._over_cores(work, run)
+    ranges = sorted((i0, i1) for _, i0, i1, _, _ in calls)
+    assert [r[0] for r in ranges] == [0] + [r[1] for r in ranges[:-1]] and ranges[-1][1] == 30
+    assert sorted(k for k, *_ in calls) == [0, 1, 2] and len({c[3] for c in calls}) == 3
+    assert all(c[4] == 1 for c in calls)
+    shares = [work[i0:i1].sum() / work.sum() for i0, i1 in ranges]
+    assert max(shares) < 0.4 and ranges[0][1] - ranges[0][0] < ranges[-1][1] - ranges[-1][0]
+    calls.clear()
+    dev.split_over_cores = False
+    dev._over_cores(work, run)
+    assert [(k, i0, i1) for k, i0, i1, _, _ in calls] == [(0, 0, 30)] and calls[0][3] == threading.get_ident()

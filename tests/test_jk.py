@@ -160,17 +160,17 @@ class _UnpackedCpu(mp2trn.devices.cpu.CpuDevice):
 
 
 @pytest.mark.parametrize("chunks", ["default", "row-by-row"])
-@pytest.mark.parametrize("precision,tol", [("fp64", 1e-12), ("fp64-symm", 1e-12), ("fp32", 2e-6)])
+@pytest.mark.parametrize("precision,tol", [("fp64", 1e-12), ("fp32", 2e-6)])
 @pytest.mark.parametrize("name", ["water", "hydroxyl"])
-def test_packed_builds_equal_unpacked(references, name, precision, tol, chunks, monkeypatch):
+@pytest.mark.parametrize("parts", [1, 3])
+def test_packed_builds_equal_unpacked(references, name, precision, tol, chunks, parts, monkeypatch):
     """The packed layout (half the memory; rows unpacked a few at a time as builds read them) gives the
-    unpacked layout's J and K: to 1e-12 in fp64 (either fp64 path: PySCF's unpack and a GEMM, or dtpttr and
-    dsymm per row), to fp32 rounding in fp32. Row by row: one row unpacked at a time and exchange syrks over
-    groups of a few rows (6 for water, 3 for hydroxyl's two spins, with a remainder), as a large molecule's
-    builds run."""
-    if precision == "fp64-symm":
-        monkeypatch.setattr(mp2trn.devices.cpu.CpuDevice, "fp64_packed_symm", True)
-        precision = "fp64"
+    unpacked layout's J and K: to 1e-12 in fp64, to fp32 rounding in fp32 (the packed fp32 builds read
+    their unpacked fp32 copy). Row by row: one row unpacked at a time and exchange syrks over groups of a
+    few rows (6 for water, 3 for hydroxyl's two spins, with a remainder), as a large molecule's builds run.
+    Parts: the rows split over 3 threads of one BLAS thread each (uneven parts), or run in the calling
+    thread, as on a machine with that many BLAS threads."""
+    monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: parts)
     if chunks == "row-by-row":
         monkeypatch.setattr(mp2trn.devices.cpu, "_UNPACK_CHUNK_BYTES", 1.0)
         monkeypatch.setattr(mp2trn.devices.cpu, "_SYRK_GROUP_BYTES", 6000.0)
@@ -454,10 +454,10 @@ def test_mixed_schedule_energy_rule_when_asked():
 
 @pytest.mark.parametrize("name", ["water", "hydroxyl", "ghost"])
 def test_fp32_copy_gives_the_per_build_conversions_j_and_k(references, name):
-    """fp32 builds of the packed tensor read an fp32 copy made once per SCF (each row unpacked by stpttr,
-    Z = Cᵀ B_P by ssymm, K by ssyrk): the same J (fp64 from the fp64 rows in both) to 1e-12 and the same K
-    to fp32 rounding as converting the fp64 rows at every build, the path before the copy; for tagged and
-    bare densities, J or K alone, and blocks of 7 rows (a remainder)."""
+    """fp32 builds of the packed tensor read an fp32 copy of the rows, unpacked once per SCF: the same J
+    (fp64 from the fp64 rows in both) to 1e-12 and the same K to fp32 rounding as unpacking and converting
+    the fp64 rows at every build (the path without room for the copy); for tagged and bare densities, J or
+    K alone, and blocks of 7 rows (a remainder)."""
     from mp2trn.devices.cpu import _Cast, _Fp32Copy
     from mp2trn.df import cholesky_tensor
 
@@ -469,8 +469,10 @@ def test_fp32_copy_gives_the_per_build_conversions_j_and_k(references, name):
     dms = np.asarray(dm).reshape(-1, nao, nao)
     blocks = [packed[p0 : p0 + 7] for p0 in range(0, packed.shape[0], 7)]
     copies = [dev.jk_tensor(b, np.dtype(np.float32)) for b in blocks]
-    assert all(isinstance(c, _Fp32Copy) and c.copy.dtype == np.float32 for c in copies)
-    assert dev.jk_copy_itemsize(np.float32) == 4 and dev.jk_copy_itemsize(np.float64) == 0   # the plan counts it
+    assert all(isinstance(c, _Fp32Copy) and c.copy.dtype == np.float32 and c.copy.shape == (len(c.block), nao, nao)
+               for c in copies)
+    assert dev.jk_copy_itemsize(np.float32) == 8 and dev.jk_copy_itemsize(np.float64) == 0   # the plan counts it
+    assert 4 * nao * nao <= 8 * packed.shape[1]   # nao² fp32 elements per row within 8 bytes per packed one
     for density in (dm, np.asarray(dm)):   # the orbitals' factor; a bare density's eigen-factors
         for factors, d in zip(density_factors(density), dms):
             for with_j, with_k in ((True, True), (True, False), (False, True)):
@@ -509,7 +511,7 @@ def test_fp32_copy_is_made_once_per_scf(references):
 
 
 def test_the_plan_counts_the_fp32_copy(references):
-    """The cpu device's fp32 copy (4 bytes per packed element) is counted beside the fp64 tensor (8): with
+    """The cpu device's fp32 copy (unpacked: 8 bytes per packed element) is counted beside the fp64 tensor (8): with
     room for both it is kept; with room for the tensor only, the tensor stays resident and fp32 builds
     convert as they read (recorded); with room for neither, the tensor streams. J and K the same in all."""
     from mp2trn.devices.cpu import _Cast, _Fp32Copy
@@ -520,7 +522,7 @@ def test_the_plan_counts_the_fp32_copy(references):
     probe.get_jk(ref.mol, dm)
     tensor_mb = probe.with_df.tensor.full.nbytes / 1e6   # fp64, packed; the plan allows half the budget
     runs = {}
-    for label, bytes_per_element in (("both", 13), ("tensor only", 10), ("neither", 6)):
+    for label, bytes_per_element in (("both", 17), ("tensor only", 10), ("neither", 6)):
         mf = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp32"),
                             max_memory=2 * tensor_mb * bytes_per_element / 8)
         runs[label] = mf.get_jk(ref.mol, dm), mf.with_df.tensor, mf.with_df.jk_record()["tensor"]

@@ -8,16 +8,16 @@ are formed (one GEMM per row i against rows i..).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from pyscf import lib
 from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
-from scipy.linalg import lapack as scipy_lapack
 
 from ..roofline import StageMeter
-from ..threads import one_blas_pool
+from ..threads import blas_threads, one_blas_pool, one_thread_each
 from .base import Device, PairDensities
 
 
@@ -26,6 +26,11 @@ class CpuDevice(Device):
 
     name = "cpu"
     supported_precisions = ("fp64", "fp32")
+
+    #: the pair step's rows and a J/K build's tensor rows split over the cores, one BLAS thread per part
+    #: (:meth:`_over_cores`); False: one part in the calling thread, NumPy's pool in each GEMM
+    #: (``scripts/bench_jk.py`` and ``scripts/bench_pairs.py`` time both)
+    split_over_cores = True
 
     def __init__(self, precision: str = "fp64"):
         self.precision = precision
@@ -103,22 +108,46 @@ class CpuDevice(Device):
         same = b_j is None
         naux, ni, nva = b_i.shape
         x_i = _as_matrix(b_i, self._dtype)
-        os_ = np.zeros((ni, ni if same else b_j.shape[1]))
+        x_j = x_i if same else _as_matrix(b_j, self._dtype)
+        nj, nvb = (ni, nva) if same else b_j.shape[1:]
+        os_ = np.zeros((ni, nj))
         xx = np.zeros_like(os_) if exchange else None
-        e_ab = ev_a[:, None] + ev_b[None, :] if not same else ev_a[:, None] + ev_a[None, :]
-        e_ab = e_ab.astype(self._dtype)
-        if same:
-            for i in range(ni):
-                rows = x_i[:, i * nva : (i + 1) * nva]
-                m = self.contract_aux(rows, x_i[:, i * nva :]).reshape(nva, ni - i, nva)
-                _reduce_row(m, e_i[i], e_j[i:], e_ab, os_[i, i:], None if xx is None else xx[i, i:])
-        else:
-            nj, nvb = b_j.shape[1], b_j.shape[2]
-            x_j = _as_matrix(b_j, self._dtype)
-            m = self.contract_aux(x_i, x_j).reshape(ni, nva, nj, nvb)
-            for i in range(ni):
-                _reduce_row(m[i], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
+        e_ab = (ev_a[:, None] + (ev_a if same else ev_b)[None, :]).astype(self._dtype)
+
+        def rows(_: int, i0: int, i1: int) -> None:   # the pairs of rows i0..i1-1: their GEMMs, then each pair's sums
+            if same:   # pairs i ≤ j: one GEMM per row, against rows i..
+                for i in range(i0, i1):
+                    m = self.contract_aux(x_i[:, i * nva : (i + 1) * nva], x_i[:, i * nva :]).reshape(nva, ni - i, nva)
+                    _reduce_row(m, e_i[i], e_j[i:], e_ab, os_[i, i:], None if xx is None else xx[i, i:])
+                return
+            m = self.contract_aux(x_i[:, i0 * nva : i1 * nva], x_j).reshape(i1 - i0, nva, nj, nvb)
+            for i in range(i0, i1):
+                _reduce_row(m[i - i0], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
+
+        work = np.arange(ni, 0, -1, dtype=float) if same else np.ones(ni)   # pairs per row
+        self._over_cores(work, rows)
         return os_, xx
+
+    def _over_cores(self, work: np.ndarray, run) -> None:
+        """``run(k, i0, i1)`` for the k-th of contiguous ranges of rows whose ``work`` (per row) is about equal, one range
+        per BLAS thread, each on a thread of its own with BLAS held to one thread
+        (:func:`mp2trn.threads.one_thread_each`); one range in the calling thread, BLAS as it is, with one
+        BLAS thread, one row, or :attr:`split_over_cores` off. The ranges write disjoint rows of the outputs.
+
+        Why: between its GEMMs a pair step reduces each pair's tile elementwise (NumPy, one thread), and a
+        J/K build unpacks rows; with NumPy's pool in each GEMM that work runs on one core while the others
+        wait, and small GEMMs pay the pool's hand-over at every call."""
+        n = len(work)
+        parts = min(blas_threads() if self.split_over_cores else 1, n)
+        if parts <= 1:
+            run(0, 0, n)
+            return
+        cum = np.concatenate([[0.0], np.cumsum(work)])
+        bounds = np.searchsorted(cum, np.linspace(0, cum[-1], parts + 1)[1:-1])
+        edges = [0, *sorted({int(b) for b in bounds if 0 < b < n}), n]
+        with one_thread_each(), ThreadPoolExecutor(len(edges) - 1) as pool:
+            for _ in pool.map(lambda k: run(k, edges[k], edges[k + 1]), range(len(edges) - 1)):
+                pass
 
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True
@@ -170,31 +199,35 @@ class CpuDevice(Device):
     jk_packed = True
 
     def jk_copy_itemsize(self, dtype) -> int:
-        # fp32 builds of the packed tensor read an fp32 copy of it (made once per SCF, 4 bytes per packed
-        # element), which the SCF's memory plan counts; fp64 builds and the unpacked layout read the host
-        # tensor as it is
-        return 4 if self.jk_packed and np.dtype(dtype) == np.float32 else 0
+        # fp32 builds of the packed tensor read an unpacked fp32 copy of it (made once per SCF: nao² · 4
+        # bytes per row, at most 8 per packed element), which the SCF's memory plan counts; fp64 builds and
+        # the unpacked layout read the host tensor as it is
+        return 8 if self.jk_packed and np.dtype(dtype) == np.float32 else 0
 
-    #: without room for the fp32 copy, fp32 builds convert the host rows as they read them
+    #: without room for the fp32 copy, fp32 builds unpack and convert the host rows as they read them
     jk_copy_optional = True
 
-    #: fp64 builds of the packed tensor: ``dtpttr`` + ``dsymm`` row by row (:meth:`_jk_packed_symm`), else
-    #: PySCF's unpack of a few rows then one GEMM over them (:meth:`_jk_rows`)
-    fp64_packed_symm = False
 
     def jk_tensor(self, block, dtype, keep_copy=True):
-        # fp64: the host block itself. fp32, packed: an fp32 copy of the packed rows, made here once per
-        # SCF (Inosine/cc-pVDZ: 0.34 GB beside the 0.68 GB fp64 tensor), which the builds unpack with
-        # LAPACK's ?tpttr and multiply with ssymm (_jk_fp32_copy): converting at every build cost as much
-        # as the half-transform itself (``python scripts/bench_jk.py --parts``). fp32, unpacked layout, or
-        # no room for the copy (keep_copy False): converted a few rows at a time at every build (_jk_rows)
+        # fp64: the host block itself. fp32, packed: an unpacked fp32 copy of the rows, made here once per
+        # SCF (Inosine/cc-pVDZ: 0.68 GB beside the 0.68 GB fp64 tensor), which the builds' GEMMs read as it
+        # is: unpacking at every build costs as much as the fp32 GEMMs themselves, and a packed fp32 copy
+        # unpacked by ?tpttr into ?symm ran at half their rate (``python scripts/bench_jk.py --parts``).
+        # fp32, unpacked layout, or no room for the copy (keep_copy False): unpacked and/or converted a
+        # few rows at a time at every build
         dtype = np.dtype(dtype)
         if block.ndim == 2 and dtype == np.float32 and keep_copy:
             t0 = self._clock()
-            copy = np.empty(block.shape, np.float32)
-            np.copyto(copy, block, casting="same_kind")
-            self._tick("fp32 copy (once per SCF)", t0)
-            return _Fp32Copy(block, copy, nao_of_pairs(block.shape[1]))
+            nao = nao_of_pairs(block.shape[1])
+            copy = np.empty((block.shape[0], nao, nao), np.float32)
+            chunk = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
+            stage = np.empty((chunk, nao, nao))
+            for r0 in range(0, block.shape[0], chunk):
+                r1 = min(block.shape[0], r0 + chunk)
+                lib.unpack_tril(block[r0:r1], out=stage[: r1 - r0])
+                np.copyto(copy[r0:r1], stage[: r1 - r0], casting="same_kind")
+            self._record_parts({"fp32 copy (once per SCF)": self._clock() - t0})
+            return _Fp32Copy(block, copy, nao)
         if block.ndim == 2:
             return _Cast(block, dtype, nao_of_pairs(block.shape[1]))
         return block if dtype == np.float64 else _Cast(block, dtype, block.shape[1])
@@ -221,10 +254,8 @@ class CpuDevice(Device):
 
     def _jk_block(self, block, factors, dm, with_j, with_k):
         if isinstance(block, _Fp32Copy):
-            return self._jk_fp32_copy(block, factors, dm, with_j, with_k)
+            return self._jk_rows(block.block, block.dtype, block.nao, factors, dm, with_j, with_k, block.copy)
         if isinstance(block, _Cast):
-            if block.block.ndim == 2 and block.dtype == np.float64 and self.fp64_packed_symm:
-                return self._jk_packed_symm(block.block, block.block, block.nao, factors, dm, with_j, with_k)
             return self._jk_rows(block.block, block.dtype, block.nao, factors, dm, with_j, with_k)
         return self._jk_rows(block, np.dtype(np.float64), block.shape[1], factors, dm, with_j, with_k)
 
@@ -232,187 +263,141 @@ class CpuDevice(Device):
     def time_jk_parts(self, clock=time.perf_counter) -> dict[str, float]:
         """Start timing the pieces of the J/K builds with ``clock`` (wall time; ``time.thread_time`` counts
         the calling thread's CPU time, which with one BLAS thread is the build's, however loaded the
-        machine): returns the dict of seconds per piece that the builds add to from now on (``jk_parts``)."""
+        machine): returns the dict of seconds per piece that the builds add to from now on (``jk_parts``).
+        A build split over the cores times each part in its own thread: the pieces are then core-seconds,
+        summed over the parts."""
         self.jk_parts, self._clock = {}, clock
         return self.jk_parts
 
-    def _tick(self, piece: str, t0: float) -> float:
-        """Add the seconds since ``t0`` to ``piece`` when timing; returns now (the next piece's start)."""
-        now = self._clock()
+    def _record_parts(self, seconds: dict[str, float]) -> None:
+        """Add one part's seconds per piece to ``jk_parts`` (when timing), from the calling thread."""
         if self.jk_parts is not None:
-            self.jk_parts[piece] = self.jk_parts.get(piece, 0.0) + now - t0
-        return now
+            for piece, s in seconds.items():
+                self.jk_parts[piece] = self.jk_parts.get(piece, 0.0) + s
 
-    def _jk_rows(self, src: np.ndarray, dtype: np.dtype, nao: int, factors, dm, with_j: bool, with_k: bool):
+    def _jk_rows(self, src: np.ndarray, dtype: np.dtype, nao: int, factors, dm, with_j: bool, with_k: bool,
+                 copy: np.ndarray | None = None):
         """J/K of one block of fp64 tensor rows ``src``, packed (p, nao(nao+1)/2, μ ≥ ν) or unpacked
-        (p, nao, nao), in ``dtype``.
+        (p, nao, nao), K in ``dtype`` (from ``copy``, the rows unpacked in fp32, when given); J in fp64.
 
-        ``_UNPACK_CHUNK_BYTES`` of rows at a time are unpacked (PySCF's unpack, one thread) and/or
-        converted to ``dtype`` into a reused buffer that stays in cache; from it, while still in cache,
-        Z[i, (P, ν)] = Σ_μ C_μi B_P,μν as one GEMM with the long dimension last (B_P is symmetric), written
-        straight into the group of Z rows of ``_SYRK_GROUP_BYTES``; K += Zᵀ Z is one syrk per group (its
-        inner dimension, rows × nocc, in the thousands however large nao is), accumulated in fp64.
-        J = Σ_P ρ_P B_P with ρ_P = B_P·D, both in fp64 on the rows as stored (packed: the lower triangle,
-        unpacked at the end): both GEMVs on each chunk of rows just unpacked, still in cache; without K
-        nothing is unpacked (:meth:`_coulomb`). So a reduced-precision build has fp32 K and fp64 J, which
-        lets a mixed SCF follow the fp64 one further (:class:`mp2trn.jk.PrecisionSchedule`). This path runs
-        fp64 builds, and fp32 builds of the unpacked layout; fp32 builds of the packed tensor read its fp32
-        copy (:meth:`_jk_fp32_copy`). ``time_jk_parts`` times each piece (``scripts/bench_jk.py --parts``).
-
-        Raffinose/cc-pVDZ (nao 636, one row per chunk), one build (``python scripts/bench_jk.py --xyz
-        molecules/gpu4pyscf/organic/066_Raffinose.xyz``): fp64 9.3 s against 10.5 s when J took two passes
-        of nao² over each unpacked row, PySCF's ``get_jk`` 16.7 s (ρ_P then read off Z; reading it off the
-        row instead costs nothing visible: later, on a slower stretch of this VM, fp64 11.0 s against PySCF's
-        21.0 s, fp32 6.8 s with J equal to PySCF's to 4e-14).
-        Cetirizine/cc-pVDZ: 4.5-4.7 s against 6.7-7.0 s for a tall GEMM X = B C and a syrk per chunk; the
-        GEMM Cᵀ Bᵀ runs at 83-86 GFLOP/s against 55 for B C (N = nocc is narrow, ``--parts``).
+        The rows are split over the cores (:meth:`_over_cores`), one part per BLAS thread, each part on a
+        thread of its own with one BLAS thread (:meth:`_jk_part`): a part's unpacking, conversion and J
+        passes then run beside the other parts' GEMMs instead of on one core between multi-threaded GEMMs
+        (``python scripts/bench_jk.py --parts`` times both ways, docs/benchmarks.md). K and J are the
+        parts' sums, added in fp64.
         """
         p = src.shape[0]
         packed = src.ndim == 2
-        flat_src = src.reshape(p, -1)
         terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
-        vj = np.zeros(flat_src.shape[1]) if with_j else None
-        vk = np.zeros((nao, nao)) if with_k else None
         weights = _coulomb_weights(dm, packed) if with_j else None
-        if not terms:   # nothing to unpack: J alone, one pass over the rows; K zero when asked (no factor)
-            return (_unpack_j(self._coulomb(flat_src, weights), packed, nao) if with_j else None), vk
-        rows = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
-        width = sum(ct.shape[0] for ct, _ in terms)
-        group = min(p, rows * max(1, int(_SYRK_GROUP_BYTES // (rows * nao * width * dtype.itemsize))))
-        z_buf = self._jk_buffer("z", group * width * nao, dtype)
-        for g0 in range(0, p, group):
-            g1 = min(p, g0 + group)
-            zs = []
-            for ct, _ in terms:   # one Z (nocc·rows of the group, nao) per factor, side by side
-                offset = sum(z.size for z in zs)
-                zs.append(z_buf[offset : offset + ct.shape[0] * (g1 - g0) * nao])
-            for r0 in range(g0, g1, rows):
-                r1 = min(g1, r0 + rows)
-                flat = self._unpacked_rows(src[r0:r1], dtype, nao, rows)
-                t0 = self._clock()
-                if with_j:   # both passes of J over the rows just read, still in cache
-                    rho = flat_src[r0:r1] @ weights
-                    t0 = self._tick("J: rho_P = B_P.D", t0)
-                    vj += rho @ flat_src[r0:r1]
-                    t0 = self._tick("J: sum_P rho_P B_P", t0)
-                for (ct, _), z in zip(terms, zs):
-                    n, m = ct.shape[0], (r1 - r0) * nao
-                    part = z[n * (r0 - g0) * nao : n * (r1 - g0) * nao].reshape(n, m)
-                    np.matmul(ct, flat.reshape(m, nao).T, out=part)   # (B_P C)ᵀ = Cᵀ B_P, B_P symmetric
-                self._tick("half-transform Z = C^T B_P", t0)
-            t0 = self._clock()
-            for (ct, sign), z in zip(terms, zs):
-                zz = z.reshape(-1, nao)
-                vk += sign * (zz.T @ zz)                             # NumPy calls syrk for a.T @ a
-            self._tick("syrk K += Z^T Z", t0)
-        return (None if vj is None else _unpack_j(vj, packed, nao)), vk
+        outs: dict[int, tuple] = {}
 
-    def _jk_fp32_copy(self, blk: "_Fp32Copy", factors, dm, with_j: bool, with_k: bool):
-        """J/K of one block in fp32 from its packed fp32 copy: K in fp32, J in fp64 from the fp64 rows
-        (:meth:`_jk_packed_symm`)."""
-        return self._jk_packed_symm(blk.block, blk.copy, blk.nao, factors, dm, with_j, with_k)
+        def rows(k: int, p0: int, p1: int) -> None:
+            outs[p0] = self._jk_part(k, src, copy, p0, p1, dtype, nao, terms, weights)
 
-    def _jk_packed_symm(self, src: np.ndarray, copy: np.ndarray, nao: int, factors, dm, with_j: bool,
-                        with_k: bool):
-        """J/K of one block of packed rows ``src`` (fp64) with K from ``copy`` (the same rows packed, fp32 or
-        ``src`` itself for an fp64 build), in ``copy``'s precision; J in fp64 from ``src``.
-
-        Row by row, LAPACK's ``stpttr`` copies the packed row into one triangle of a square (nao, nao) matrix
-        (the row-major lower triangle is the column-major upper one), and ``ssymm`` multiplies it, reading
-        that triangle only, by the occupied factor: Z_P = Cᵀ B_P, (nocc, nao), into the group of Z rows; one
-        ``ssyrk`` per group adds ZᵀZ (upper triangle, fp32) into K in fp64. No fp64 unpacking and no
-        conversion at build time: Inosine/cc-pVDZ on one BLAS thread, in that thread's CPU time, an fp32
-        build took 0.59 s against 0.83 s converting at every build, and the fp64 build 0.99 s (2-core VM at
-        load average 13, ``python scripts/bench_jk.py --parts --threads 1``). J
-        as in fp64 builds: ρ_P = B_P·D and Σ_P ρ_P B_P over the fp64 rows, a few rows at a time so that
-        the second pass reads them from cache. Everything runs on SciPy's BLAS pool (one pool at a time,
-        :mod:`mp2trn.threads`).
-        """
-        p = src.shape[0]
-        single = copy.dtype == np.float32
-        tpttr, symm, syrk = ((scipy_lapack.stpttr, scipy_blas.ssymm, scipy_blas.ssyrk) if single else
-                             (scipy_lapack.dtpttr, scipy_blas.dsymm, scipy_blas.dsyrk))
-        terms = [(np.asarray(c, dtype=copy.dtype, order="F"), sign) for c, sign in factors if c.shape[1] and with_k]
-        vj = vk_upper = None
-        with one_blas_pool("scipy"):
-            if with_j:
-                vj = _unpack_j(self._coulomb(src, _coulomb_weights(dm, True), scipy_gemv=True), True, nao)
-            if terms:
-                width = sum(c.shape[1] for c, _ in terms)
-                group = max(1, min(p, int(_SYRK_GROUP_BYTES // (nao * width * copy.itemsize))))
-                z_buf = self._jk_buffer("z", group * width * nao, copy.dtype)
-                vk_upper = np.zeros((nao, nao), order="F")
-                for g0 in range(0, p, group):
-                    g1 = min(p, g0 + group)
-                    zs, offset = [], 0
-                    for c, _ in terms:   # Z (rows of the group, nocc, nao) per factor
-                        size = (g1 - g0) * c.shape[1] * nao
-                        zs.append(z_buf[offset : offset + size].reshape(g1 - g0, c.shape[1], nao))
-                        offset += size
-                    for r in range(g0, g1):
-                        t0 = self._clock()
-                        square, info = tpttr(nao, copy[r], uplo="U")
-                        t0 = self._tick("unpack (?tpttr)", t0)
-                        for (c, _), z in zip(terms, zs):   # Z_Pᵀ = B_P C: z[r] (nocc, nao) C order = (nao, nocc) F
-                            symm(1.0, square, c, side=0, lower=0, beta=0.0, c=z[r - g0].T, overwrite_c=1)
-                        self._tick("half-transform Z = C^T B_P", t0)
-                    t0 = self._clock()
-                    for (_, sign), z in zip(terms, zs):
-                        if z.size:
-                            vk_upper += sign * syrk(1.0, z.reshape(-1, nao).T, trans=0, lower=0)
-                    self._tick("syrk K += Z^T Z", t0)
-        vk = np.zeros((nao, nao)) if with_k else None   # zero when asked with no factor (an empty spin channel)
-        if vk_upper is not None:
-            vk = np.triu(vk_upper)
-            vk += np.triu(vk, 1).T
+        self._over_cores(np.ones(p), rows)
+        outs = [outs[p0] for p0 in sorted(outs)]
+        vj = vk = None
+        if with_j:
+            vj = outs[0][0]
+            for part_vj, _ in outs[1:]:
+                vj += part_vj
+            vj = _unpack_j(vj, packed, nao)
+        if with_k:
+            vk = np.zeros((nao, nao))   # zero when asked with no factor (an empty spin channel)
+            for _, part_vk in outs:
+                if part_vk is not None:
+                    vk += part_vk
         return vj, vk
 
-    def _coulomb(self, rows: np.ndarray, weights: np.ndarray, scipy_gemv: bool = False) -> np.ndarray:
-        """Σ_P ρ_P B_P with ρ_P = B_P·weights over fp64 ``rows`` (p, n), both passes over a few rows at a time
-        so that the second reads them from cache; NumPy's GEMVs, or SciPy's when ``scipy_gemv`` (the build
-        runs on SciPy's pool). Returns (n,) fp64."""
-        p, n = rows.shape
-        chunk = max(1, int(_J_CHUNK_BYTES // (8 * n)))
-        vj = np.zeros(n)
-        for r0 in range(0, p, chunk):
-            part = rows[r0 : r0 + chunk]
-            t0 = self._clock()
-            if scipy_gemv:   # part (r, n) C order = (n, r) F order: ρ = partᵀ·w, vj += part·ρ in those terms
-                rho = scipy_blas.dgemv(1.0, part.T, weights, trans=1)
-                t0 = self._tick("J: rho_P = B_P.D", t0)
-                scipy_blas.dgemv(1.0, part.T, rho, beta=1.0, y=vj, overwrite_y=1)
-            else:
-                rho = part @ weights
-                t0 = self._tick("J: rho_P = B_P.D", t0)
-                vj += rho @ part
-            self._tick("J: sum_P rho_P B_P", t0)
-        return vj
+    def _jk_part(self, k: int, src: np.ndarray, copy: np.ndarray | None, p0: int, p1: int, dtype: np.dtype,
+                 nao: int, terms: list, weights: np.ndarray | None):
+        """(J, K) of rows [p0, p1) of ``src`` (J in the rows' stored form, None without weights; K (nao, nao)
+        fp64, None without terms): the part ``k`` of a build, in the calling thread.
 
-    def _unpacked_rows(self, rows: np.ndarray, dtype: np.dtype, nao: int, capacity: int) -> np.ndarray:
-        """Tensor rows (r, nao, nao) in ``dtype``, flat (r, nao²): the rows themselves when they are unpacked
-        fp64, else unpacked (one thread: the GEMMs' BLAS threads still spin between calls, mp2trn.threads)
-        and/or converted into buffers of ``capacity`` rows kept between builds."""
+        A few rows at a time (``_UNPACK_CHUNK_BYTES`` of them unpacked): J's two GEMVs ρ_P = B_P·D and
+        Σ_P ρ_P B_P on the fp64 rows as stored, then the rows unpacked (PySCF's unpack, one OpenMP thread)
+        and/or converted into this part's buffers, or read from ``copy``, and Z_P = Cᵀ B_P (nocc, nao) for
+        each of them (B_P is symmetric) written into the part's group of Z rows; K += Zᵀ Z is one syrk per
+        group (its inner dimension, rows × nocc, in the thousands), accumulated in fp64. Without terms
+        (J alone) nothing is unpacked and J reads ``_J_CHUNK_BYTES`` of rows at a time.
+        """
+        seconds: dict[str, float] = {}
+        clock = self._clock
+
+        def tick(piece: str, t0: float) -> float:
+            now = clock()
+            seconds[piece] = seconds.get(piece, 0.0) + now - t0
+            return now
+
+        flat_src = src.reshape(src.shape[0], -1)
+        vj = np.zeros(flat_src.shape[1]) if weights is not None else None
+        vk = np.zeros((nao, nao)) if terms else None
+        width = sum(ct.shape[0] for ct, _ in terms)
+        per_row = nao * nao * 8 if terms else flat_src.shape[1] * 8
+        chunk = max(1, int((_UNPACK_CHUNK_BYTES if terms else _J_CHUNK_BYTES) // per_row))
+        group = chunk * max(1, int(_SYRK_GROUP_BYTES // (chunk * nao * max(width, 1) * dtype.itemsize)))
+        zs = []
+        if terms:
+            z_buf = self._jk_buffer(f"z{k}", group * width * nao, dtype)
+            offset = 0
+            for ct, _ in terms:   # one Z (rows of the group, nocc, nao) per factor, side by side
+                zs.append(z_buf[offset : offset + group * ct.shape[0] * nao].reshape(group, ct.shape[0], nao))
+                offset += group * ct.shape[0] * nao
+        with lib.with_omp_threads(1):   # PySCF's unpack: this thread only (the other parts have the cores)
+            for g0 in range(p0, p1, group):
+                g1 = min(p1, g0 + group)
+                for r0 in range(g0, g1, chunk):
+                    r1 = min(g1, r0 + chunk)
+                    t0 = clock()
+                    if vj is not None:   # both passes of J over the rows just read, still in cache
+                        rho = flat_src[r0:r1] @ weights
+                        t0 = tick("J: rho_P = B_P.D", t0)
+                        vj += rho @ flat_src[r0:r1]
+                        t0 = tick("J: sum_P rho_P B_P", t0)
+                    if not terms:
+                        continue
+                    rows = copy[r0:r1] if copy is not None else \
+                        self._unpacked_rows(k, src[r0:r1], dtype, nao, chunk, seconds)
+                    t0 = clock()
+                    for (ct, _), z in zip(terms, zs):
+                        np.matmul(ct, rows, out=z[r0 - g0 : r1 - g0])   # Z_P = Cᵀ B_P for each row P
+                    tick("half-transform Z = C^T B_P", t0)
+                t0 = clock()
+                for (_, sign), z in zip(terms, zs):
+                    zz = z[: g1 - g0].reshape(-1, nao)
+                    vk += sign * (zz.T @ zz)                          # NumPy calls syrk for a.T @ a
+                tick("syrk K += Z^T Z", t0)
+        self._record_parts(seconds)
+        return vj, vk
+
+    def _unpacked_rows(self, k: int, rows: np.ndarray, dtype: np.dtype, nao: int, capacity: int,
+                       seconds: dict[str, float]) -> np.ndarray:
+        """Tensor rows (r, nao, nao) in ``dtype``: the rows themselves when they are unpacked fp64, else
+        unpacked and/or converted into part ``k``'s buffers of ``capacity`` rows, kept between builds."""
         r = rows.shape[0]
         if rows.ndim == 3 and dtype == np.float64:
-            return rows.reshape(r, nao * nao)
+            return rows
         stage = rows
         t0 = self._clock()
         if rows.ndim == 2:   # PySCF unpacks fp64: unpack there, then convert in cache
-            stage = self._jk_buffer("unpacked", capacity * nao * nao, np.float64)[: r * nao * nao].reshape(r, nao, nao)
-            with lib.with_omp_threads(1):
-                lib.unpack_tril(rows, out=stage)
-            t0 = self._tick("unpack (PySCF, fp64)", t0)
+            stage = self._jk_buffer(f"unpacked{k}", capacity * nao * nao, np.float64)[: r * nao * nao]
+            stage = stage.reshape(r, nao, nao)
+            lib.unpack_tril(rows, out=stage)
+            now = self._clock()
+            seconds["unpack (PySCF, fp64)"] = seconds.get("unpack (PySCF, fp64)", 0.0) + now - t0
+            t0 = now
         if dtype != np.float64:
-            cast = self._jk_buffer("cast", capacity * nao * nao, dtype)[: r * nao * nao].reshape(r, nao, nao)
+            cast = self._jk_buffer(f"cast{k}", capacity * nao * nao, dtype)[: r * nao * nao].reshape(r, nao, nao)
             np.copyto(cast, stage, casting="same_kind")
             stage = cast
-            self._tick("convert to fp32", t0)
-        return stage.reshape(r, nao * nao)
+            seconds["convert to fp32"] = seconds.get("convert to fp32", 0.0) + self._clock() - t0
+        return stage
 
     def _jk_buffer(self, name: str, size: int, dtype) -> np.ndarray:
         """The work buffer ``name`` with at least ``size`` elements of ``dtype``, kept for the next J/K build:
         fresh arrays this large are new pages from the OS at every block (measured: 13 ms per copy in an SCF
-        against 6 ms reused)."""
+        against 6 ms reused). Each part of a build asks for its own names (set from its own thread)."""
         buf = self._jk_bufs.get(name)
         if buf is None or buf.size < size or buf.dtype != dtype:
             buf = self._jk_bufs[name] = np.empty(size, dtype)
@@ -472,7 +457,8 @@ def _unpack_j(vj: np.ndarray, packed: bool, nao: int) -> np.ndarray:
 
 
 class _Fp32Copy:
-    """A packed host tensor block (p, nao(nao+1)/2) fp64 (J reads it) with its fp32 copy (K reads it)."""
+    """A packed host tensor block (p, nao(nao+1)/2) fp64 (J reads it) with its rows unpacked in fp32,
+    (p, nao, nao) (K reads them)."""
 
     __slots__ = ("block", "copy", "nao")
     dtype = np.dtype(np.float32)
