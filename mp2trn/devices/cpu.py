@@ -16,6 +16,7 @@ from pyscf import lib
 from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
 
+from ..memory import prefaulted_empty
 from ..roofline import StageMeter
 from ..threads import blas_threads, one_blas_pool, one_thread_each
 from .base import Device, PairDensities
@@ -219,13 +220,18 @@ class CpuDevice(Device):
         if block.ndim == 2 and dtype == np.float32 and keep_copy:
             t0 = self._clock()
             nao = nao_of_pairs(block.shape[1])
-            copy = np.empty((block.shape[0], nao, nao), np.float32)
+            copy = prefaulted_empty((block.shape[0], nao, nao), np.float32)   # fresh pages, mapped by every core
             chunk = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
-            stage = np.empty((chunk, nao, nao))
-            for r0 in range(0, block.shape[0], chunk):
-                r1 = min(block.shape[0], r0 + chunk)
-                lib.unpack_tril(block[r0:r1], out=stage[: r1 - r0])
-                np.copyto(copy[r0:r1], stage[: r1 - r0], casting="same_kind")
+
+            def fill(k: int, p0: int, p1: int) -> None:   # unpack in fp64 a few rows at a time, convert in cache
+                with lib.with_omp_threads(1):
+                    for r0 in range(p0, p1, chunk):
+                        r1 = min(p1, r0 + chunk)
+                        stage = self._jk_buffer(f"copy{k}", chunk * nao * nao, np.float64)[: (r1 - r0) * nao * nao]
+                        lib.unpack_tril(block[r0:r1], out=stage.reshape(r1 - r0, nao, nao))
+                        np.copyto(copy[r0:r1], stage.reshape(r1 - r0, nao, nao), casting="same_kind")
+
+            self._over_cores(np.ones(block.shape[0]), fill)
             self._record_parts({"fp32 copy (once per SCF)": self._clock() - t0})
             return _Fp32Copy(block, copy, nao)
         if block.ndim == 2:
