@@ -6,7 +6,7 @@
     python scripts/bench_jk.py --peak          # only: this machine's DGEMM and SGEMM rates (4000² GEMM)
     python scripts/bench_jk.py --layouts       # also the unpacked layout (naux, nao, nao) on the cpu device
                                                # (the cpu device is also timed in one part, NumPy's pool in
-                                               # each GEMM, as it ran before its work was split over the cores)
+                                               # each GEMM: the split over the cores alone)
     python scripts/bench_jk.py --parts         # only: the tensor build (integrals, triangular solve), then the
                                                # pieces of each precision's packed build and their shares
     python scripts/bench_jk.py --stream        # only: PySCF's tensor in its HDF5 file, streamed builds vs
@@ -292,7 +292,9 @@ class UnpackedCpu(CpuDevice):
 
 class PoolCpu(CpuDevice):
     """The cpu device with its work in one part: NumPy's pool in each GEMM, the unpacking and the rest on
-    the calling thread (how its builds ran before 2026-11-26's split over the cores)."""
+    the calling thread. The same code as the split, so the ratio is the split's alone; the builds before
+    the split (commit 74e6f90) ran one wider GEMM per few rows, which suits a pool better: time those with
+    this script in a worktree of that commit."""
 
     split_over_cores = False
 
