@@ -320,7 +320,7 @@ def test_incremental_builds_add_the_difference_densitys_j_and_k(references):
     assert kinds == [False] + [True] * (schedule.rebuild_every - 1) + [False]
 
 
-@pytest.mark.parametrize("name", ["water", "hydroxyl"])
+@pytest.mark.parametrize("name", ["water", pytest.param("hydroxyl", marks=pytest.mark.slow)])   # UHF: 31 s, -m slow
 def test_sim_resident_and_streamed_scf_agree(name):
     """The sim device keeps the SCF tensor in device memory (sent once per precision: the launcher counts
     its bytes once) or streams it at every build when the plan has no room: the same SCF energy to fp32

@@ -130,8 +130,8 @@ class CpuDevice(Device):
         return os_, xx
 
     def _over_cores(self, work: np.ndarray, run) -> None:
-        """``run(k, i0, i1)`` for the k-th of contiguous ranges of rows whose ``work`` (per row) is about equal, one range
-        per BLAS thread, each on a thread of its own with BLAS held to one thread
+        """``run(k, i0, i1)`` for the k-th of contiguous ranges of rows of about equal ``work`` (per row), one
+        range per BLAS thread, each on a thread of its own with BLAS held to one thread
         (:func:`mp2trn.threads.one_thread_each`); one range in the calling thread, BLAS as it is, with one
         BLAS thread, one row, or :attr:`split_over_cores` off. The ranges write disjoint rows of the outputs.
 
@@ -207,7 +207,6 @@ class CpuDevice(Device):
 
     #: without room for the fp32 copy, fp32 builds unpack and convert the host rows as they read them
     jk_copy_optional = True
-
 
     def jk_tensor(self, block, dtype, keep_copy=True):
         # fp64: the host block itself. fp32, packed: an unpacked fp32 copy of the rows, made here once per
