@@ -229,7 +229,10 @@ class JKTensor:
         self.layout = "packed" if packed else "unpacked"
         if not resident:   # the next block is read (and unpacked) by a thread while this one is used
             mine = self._streamed_rows(naux, blksize)
-            return made_ahead(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype, **planes) for b in mine)
+            # an optional copy of a block read once per build would be made again at every build: none
+            keep = not device.jk_copy_optional
+            return made_ahead(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype, keep_copy=keep, **planes)
+                              for b in mine)
         if self.full is None:
             t0 = time.perf_counter()
             self.full = self._resident_rows(nao, packed)

@@ -499,8 +499,10 @@ def plan_scf_tensor(naux: int, elements_per_row: int, copy_itemsize: int, copy_o
     resident, left_out = host_ok and device_ok, False
     if not resident and copy_optional and copy_itemsize and rows_bytes * 8 <= SCF_TENSOR_SHARE * budget_mb * MB:
         resident, left_out, copy_itemsize = True, True, 0
-    # a streamed block: its fp64 rows, unpacked rows, the copy; two alive at once (in use and read ahead)
-    per_aux = elements_per_row * (8 + copy_itemsize) + unpacked_per_row * 8
+    # a streamed block: its fp64 rows, unpacked rows, the copy (none where it is optional: a streamed block's
+    # copy would be made again at every build, mp2trn.jk.JKTensor.blocks); two alive at once (in use and
+    # read ahead)
+    per_aux = elements_per_row * (8 + (0 if copy_optional else copy_itemsize)) + unpacked_per_row * 8
     rows = int(max(1, min(naux, 256, (0.1 * budget_mb * MB) // per_aux)))
     need = f"{_mb(rows_bytes * 8 + host_copy)} of the {budget_mb:.0f} MB budget"
     if device_mb is not None:

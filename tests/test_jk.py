@@ -556,3 +556,29 @@ def test_an_empty_spin_channel_has_zero_exchange(precision, tol):
     mf = density_fit_jk(scf.UHF(mol).density_fit(), device=get_device("cpu", precision))
     k_only = mf.get_jk(mol, dm, with_j=False)
     assert k_only[0] is None and np.abs(k_only[1] - vk0).max() < tol
+
+
+def test_streamed_fp32_builds_make_no_copy_of_their_blocks(references):
+    """A streamed block is read once per build, so the cpu device's optional fp32 copy of it would be made
+    again at every build: streamed blocks are asked for without it (converted as read); a resident tensor's
+    blocks keep theirs. J and K the same either way."""
+    ref = references["water"]
+    dm = ref.make_rdm1()
+    asked = {}
+    out = {}
+    for label, memory in (("resident", None), ("streamed", 0.05)):
+        dev = get_device("cpu", "fp32")
+        plain = dev.jk_tensor
+
+        def recording(block, dtype, keep_copy=True, label=label, plain=plain):
+            asked.setdefault(label, set()).add(keep_copy)
+            return plain(block, dtype, keep_copy=keep_copy)
+
+        dev.jk_tensor = recording
+        mf = density_fit_jk(_fresh(ref), device=dev, max_memory=memory)
+        out[label] = mf.get_jk(ref.mol, dm)
+        assert mf.with_df.tensor.streamed == (label == "streamed")
+        mf.with_df.release()
+    assert asked == {"resident": {True}, "streamed": {False}}
+    (vj0, vk0), (vj1, vk1) = out["resident"], out["streamed"]
+    assert np.abs(vj1 - vj0).max() < 1e-12 and np.abs(vk1 - vk0).max() < FP32_REL * np.abs(vk0).max()
