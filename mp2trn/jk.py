@@ -202,7 +202,7 @@ class JKTensor:
         (:func:`mp2trn.df.cholesky_tensor`) when PySCF has not built its own, else taken from PySCF's
         (packed: as it is; unpacked: unpacked once) — and the device blocks are made from it. The plan
         counts the host tensor and the copy the device keeps (:meth:`Device.jk_copy_itemsize`; on the CPU
-        the fp32 builds' packed fp32 copy) against the budget, or against the device's own memory where it
+        the fp32 builds' unpacked fp32 copy) against the budget, or against the device's own memory where it
         has some (:meth:`Device.memory_mb`); a device whose copy is optional (:attr:`Device.jk_copy_optional`)
         keeps the tensor resident without it when only the copy does not fit, and converts as it reads. The
         decision is :func:`mp2trn.memory.plan_scf_tensor`'s, and its reason is in the record (``tensor_plan``).

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import importlib
 import os
+import threading
 from typing import Iterator
 
 try:
@@ -106,27 +107,43 @@ def blas_threads() -> int:
     return max(1, _ORIGINAL.get(pools[0].filepath, pools[0].num_threads)) if pools else 1
 
 
+#: one_thread_each's holds: entered from several threads at once (a reader thread's block beside a build),
+#: the first entry holds every BLAS library to one thread and the last exit restores what the first found
+_EACH_LOCK = threading.Lock()
+_each_entries = 0
+_each_found: list = []
+
+
 @contextlib.contextmanager
 def one_thread_each() -> Iterator[None]:
     """Inside the block every BLAS library runs on one thread, so that the caller's own threads, one per
     core, can each run a part of the work with BLAS calls of their own (the parts take the place of
     NumPy's pool: still one set of threads on the cores). Small GEMMs and the elementwise work between
     them then run on all cores at once, where a pool would run the GEMMs on all cores and the rest on one
-    (the cpu device's J/K builds). Nests with :func:`one_blas_pool`; leaving restores the counts."""
+    (the cpu device's J/K builds and pair step). Entries from several threads share one hold, released at
+    the last exit; :func:`one_blas_pool` is meant for one thread at a time and is not entered inside it."""
+    global _each_entries, _each_found
     if ThreadpoolController is None:
         yield
         return
-    found = [(lib, lib.num_threads) for lib in _all_blas_libraries()]
-    for lib, n in found:
-        _ORIGINAL.setdefault(lib.filepath, n)
-        if n > 1:
-            lib.set_num_threads(1)
+    with _EACH_LOCK:
+        if _each_entries == 0:
+            _each_found = [(lib, lib.num_threads) for lib in _all_blas_libraries()]
+            for lib, n in _each_found:
+                _ORIGINAL.setdefault(lib.filepath, n)
+                if n > 1:
+                    lib.set_num_threads(1)
+        _each_entries += 1
     try:
         yield
     finally:
-        for lib, n in found:
-            if n > 1:
-                lib.set_num_threads(n)
+        with _EACH_LOCK:
+            _each_entries -= 1
+            if _each_entries == 0:
+                for lib, n in _each_found:
+                    if n > 1:
+                        lib.set_num_threads(n)
+                _each_found = []
 
 
 def pool_note() -> str:

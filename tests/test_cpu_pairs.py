@@ -55,31 +55,65 @@ def test_pair_sums_match_the_textbook(precision, rel, parts, monkeypatch):
 
 def test_work_is_split_over_the_cores_one_blas_thread_each(monkeypatch):
     """The cpu device's split: contiguous ranges covering every row once, balanced by work (a triangle's
-    first rows hold more pairs), each run on its own thread while every BLAS library runs one thread; one
-    range in the calling thread, BLAS untouched, when the split is off."""
+    first rows hold more pairs), all running at once on threads other than the caller's while every BLAS
+    library runs one thread, the thread counts back afterwards; one range in the calling thread when the
+    split is off."""
     import threading
 
-    from threadpoolctl import threadpool_info
+    from threadpoolctl import threadpool_info, threadpool_limits
 
     import mp2trn.devices.cpu
 
     monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: 3)
     dev = get_device("cpu")
     calls = []
+    together = threading.Barrier(3, timeout=30)   # passes only when the three parts run at the same time
+
+    def blas_counts():
+        return sorted(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
 
     def run(k, i0, i1):
-        calls.append((k, i0, i1, threading.get_ident(), max(i["num_threads"] for i in threadpool_info()
-                                                            if i["user_api"] == "blas")))
+        calls.append((k, i0, i1, threading.get_ident(), max(blas_counts())))
+        together.wait()
 
     work = np.arange(30, 0, -1, dtype=float)
-    dev._over_cores(work, run)
+    with threadpool_limits(2):
+        before = blas_counts()
+        dev._over_cores(work, run)
+        assert blas_counts() == before
     ranges = sorted((i0, i1) for _, i0, i1, _, _ in calls)
     assert [r[0] for r in ranges] == [0] + [r[1] for r in ranges[:-1]] and ranges[-1][1] == 30
-    assert sorted(k for k, *_ in calls) == [0, 1, 2] and len({c[3] for c in calls}) == 3
+    assert sorted(k for k, *_ in calls) == [0, 1, 2] and threading.get_ident() not in {c[3] for c in calls}
     assert all(c[4] == 1 for c in calls)
     shares = [work[i0:i1].sum() / work.sum() for i0, i1 in ranges]
     assert max(shares) < 0.4 and ranges[0][1] - ranges[0][0] < ranges[-1][1] - ranges[-1][0]
     calls.clear()
     dev.split_over_cores = False
-    dev._over_cores(work, run)
-    assert [(k, i0, i1) for k, i0, i1, _, _ in calls] == [(0, 0, 30)] and calls[0][3] == threading.get_ident()
+    dev._over_cores(work, lambda k, i0, i1: calls.append((k, i0, i1, threading.get_ident())))
+    assert calls == [(0, 0, 30, threading.get_ident())]
+
+
+def test_more_parts_than_rows():
+    """Two rows over eight parts: two ranges of one row; a J/K block of two rows likewise gives the
+    one-part J and K."""
+    import mp2trn.devices.cpu
+
+    dev = get_device("cpu")
+    seen = []
+    original = mp2trn.devices.cpu.blas_threads
+    try:
+        mp2trn.devices.cpu.blas_threads = lambda: 8
+        dev._over_cores(np.ones(2), lambda k, i0, i1: seen.append((i0, i1)))
+        rng = np.random.default_rng(3)
+        nao, nocc = 6, 2
+        rows = rng.standard_normal((2, nao * (nao + 1) // 2))
+        c = rng.standard_normal((nao, nocc))
+        dm = c @ c.T
+        split = dev.jk_block(dev.jk_tensor(rows, np.dtype(np.float64)), [(c, 1.0)], dm, True, True)
+        mp2trn.devices.cpu.blas_threads = lambda: 1
+        whole = dev.jk_block(dev.jk_tensor(rows, np.dtype(np.float64)), [(c, 1.0)], dm, True, True)
+    finally:
+        mp2trn.devices.cpu.blas_threads = original
+    assert sorted(seen) == [(0, 1), (1, 2)]
+    for a, b in zip(split, whole):
+        assert np.abs(a - b).max() < 1e-13 and np.abs(b).max() > 0.1

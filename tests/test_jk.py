@@ -452,8 +452,9 @@ def test_mixed_schedule_energy_rule_when_asked():
     assert _after_cycles(sched, [1.0, 0.5, 0.25], [-100.0, -100.5, -100.5 - 1e-7]) == 3
 
 
+@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("name", ["water", "hydroxyl", "ghost"])
-def test_fp32_copy_gives_the_per_build_conversions_j_and_k(references, name):
+def test_fp32_copy_gives_the_per_build_conversions_j_and_k(references, name, parts, monkeypatch):
     """fp32 builds of the packed tensor read an fp32 copy of the rows, unpacked once per SCF: the same J
     (fp64 from the fp64 rows in both) to 1e-12 and the same K to fp32 rounding as unpacking and converting
     the fp64 rows at every build (the path without room for the copy); for tagged and bare densities, J or
@@ -461,6 +462,7 @@ def test_fp32_copy_gives_the_per_build_conversions_j_and_k(references, name):
     from mp2trn.devices.cpu import _Cast, _Fp32Copy
     from mp2trn.df import cholesky_tensor
 
+    monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: parts)   # the copy's fill and the builds
     ref = references[name]
     packed = cholesky_tensor(ref.mol, df.addons.make_auxmol(ref.mol, ref.with_df.auxbasis), packed=True)
     nao = ref.mol.nao_nr()

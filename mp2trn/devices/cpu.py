@@ -1,8 +1,9 @@
 """``cpu``: the NumPy/BLAS reference device (fp64 by default, fp32 on request).
 
-The pair step forms T for a whole block of occupied pairs with one large GEMM (BLAS-3 at near peak),
-then reduces each pair's nv×nv tile while it is cache-resident; on the diagonal block only i ≤ j pairs
-are formed (one GEMM per row i against rows i..).
+The pair step forms T for a block of occupied pairs with one large GEMM per part of its rows (BLAS-3 at
+near peak; the rows split over the cores, one BLAS thread per part), then reduces each pair's nv×nv tile;
+on the diagonal block only i ≤ j pairs are formed (one GEMM per row i against rows i..). The SCF's J/K
+builds split their tensor rows over the cores likewise.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ class CpuDevice(Device):
     def __init__(self, precision: str = "fp64"):
         self.precision = precision
         self._dtype = self.mode.compute
-        # J/K work buffers kept between builds: "z" a group of Z rows; "unpacked" and "cast" a few tensor
-        # rows unpacked (fp64) and converted to the build's dtype, rewritten for every few rows
+        # J/K work buffers kept between builds, per part k of a build: "z{k}" a group of Z rows, "k{k}" its
+        # ZᵀZ; "unpacked{k}" and "cast{k}" a few tensor rows unpacked (fp64) and converted to the build's
+        # dtype, rewritten for every few rows
         self._jk_bufs: dict[str, np.ndarray] = {}
         #: seconds per piece of the J/K builds since :meth:`time_jk_parts` (None: not timed)
         self.jk_parts: dict[str, float] | None = None
@@ -146,8 +148,12 @@ class CpuDevice(Device):
         cum = np.concatenate([[0.0], np.cumsum(work)])
         bounds = np.searchsorted(cum, np.linspace(0, cum[-1], parts + 1)[1:-1])
         edges = [0, *sorted({int(b) for b in bounds if 0 < b < n}), n]
+        def part(k: int) -> None:
+            with lib.with_omp_threads(1):   # a BLAS or PySCF built on OpenMP: one thread in this part too
+                run(k, edges[k], edges[k + 1])
+
         with one_thread_each(), ThreadPoolExecutor(len(edges) - 1) as pool:
-            for _ in pool.map(lambda k: run(k, edges[k], edges[k + 1]), range(len(edges) - 1)):
+            for _ in pool.map(part, range(len(edges) - 1)):
                 pass
 
     # -- the gradient's pair step ----------------------------------------------------------------------
@@ -196,7 +202,8 @@ class CpuDevice(Device):
     # -- SCF J/K --------------------------------------------------------------------------------------
     has_jk = True
 
-    #: the J/K builds read the packed tensor (μ ≥ ν), unpacking a few rows at a time in cache
+    #: the J/K builds read the packed tensor (μ ≥ ν), unpacking a few rows at a time in cache (fp32 builds:
+    #: its unpacked fp32 copy, made once per SCF)
     jk_packed = True
 
     def jk_copy_itemsize(self, dtype) -> int:
@@ -231,6 +238,8 @@ class CpuDevice(Device):
                         np.copyto(copy[r0:r1], stage.reshape(r1 - r0, nao, nao), casting="same_kind")
 
             self._over_cores(np.ones(block.shape[0]), fill)
+            for name in [n for n in self._jk_bufs if n.startswith("copy")]:   # the fill's stages: not needed again
+                del self._jk_bufs[name]
             self._record_parts({"fp32 copy (once per SCF)": self._clock() - t0})
             return _Fp32Copy(block, copy, nao)
         if block.ndim == 2:
@@ -275,7 +284,8 @@ class CpuDevice(Device):
         return self.jk_parts
 
     def _record_parts(self, seconds: dict[str, float]) -> None:
-        """Add one part's seconds per piece to ``jk_parts`` (when timing), from the calling thread."""
+        """Add seconds per piece to ``jk_parts`` (when timing); called from one thread at a time (a build's
+        parts hand theirs back, :meth:`_jk_rows`)."""
         if self.jk_parts is not None:
             for piece, s in seconds.items():
                 self.jk_parts[piece] = self.jk_parts.get(piece, 0.0) + s
@@ -302,23 +312,25 @@ class CpuDevice(Device):
 
         self._over_cores(np.ones(p), rows)
         outs = [outs[p0] for p0 in sorted(outs)]
+        for *_, seconds in outs:   # in this thread, after the parts: their timings (scripts/bench_jk.py --parts)
+            self._record_parts(seconds)
         vj = vk = None
         if with_j:
             vj = outs[0][0]
-            for part_vj, _ in outs[1:]:
+            for part_vj, _, _ in outs[1:]:
                 vj += part_vj
             vj = _unpack_j(vj, packed, nao)
         if with_k:
             vk = np.zeros((nao, nao))   # zero when asked with no factor (an empty spin channel)
-            for _, part_vk in outs:
+            for _, part_vk, _ in outs:
                 if part_vk is not None:
                     vk += part_vk
         return vj, vk
 
     def _jk_part(self, k: int, src: np.ndarray, copy: np.ndarray | None, p0: int, p1: int, dtype: np.dtype,
                  nao: int, terms: list, weights: np.ndarray | None):
-        """(J, K) of rows [p0, p1) of ``src`` (J in the rows' stored form, None without weights; K (nao, nao)
-        fp64, None without terms): the part ``k`` of a build, in the calling thread.
+        """(J, K, seconds per piece) of rows [p0, p1) of ``src`` (J in the rows' stored form, None without
+        weights; K (nao, nao) fp64, None without terms): the part ``k`` of a build, in the calling thread.
 
         A few rows at a time (``_UNPACK_CHUNK_BYTES`` of them unpacked): J's two GEMVs ρ_P = B_P·D and
         Σ_P ρ_P B_P on the fp64 rows as stored, then the rows unpacked (PySCF's unpack, one OpenMP thread)
@@ -340,10 +352,11 @@ class CpuDevice(Device):
         vk = np.zeros((nao, nao)) if terms else None
         width = sum(ct.shape[0] for ct, _ in terms)
         per_row = nao * nao * 8 if terms else flat_src.shape[1] * 8
-        chunk = max(1, int((_UNPACK_CHUNK_BYTES if terms else _J_CHUNK_BYTES) // per_row))
-        group = chunk * max(1, int(_SYRK_GROUP_BYTES // (chunk * nao * max(width, 1) * dtype.itemsize)))
+        chunk = min(p1 - p0, max(1, int((_UNPACK_CHUNK_BYTES if terms else _J_CHUNK_BYTES) // per_row)))
+        group = min(p1 - p0, chunk * max(1, int(_SYRK_GROUP_BYTES // (chunk * nao * max(width, 1) * dtype.itemsize))))
         zs = []
         if terms:
+            product = self._jk_buffer(f"k{k}", nao * nao, dtype).reshape(nao, nao)   # one group's ZᵀZ
             z_buf = self._jk_buffer(f"z{k}", group * width * nao, dtype)
             offset = 0
             for ct, _ in terms:   # one Z (rows of the group, nocc, nao) per factor, side by side
@@ -371,10 +384,13 @@ class CpuDevice(Device):
                 t0 = clock()
                 for (_, sign), z in zip(terms, zs):
                     zz = z[: g1 - g0].reshape(-1, nao)
-                    vk += sign * (zz.T @ zz)                          # NumPy calls syrk for a.T @ a
+                    np.matmul(zz.T, zz, out=product)                   # NumPy calls syrk for a.T @ a
+                    if sign > 0:
+                        vk += product
+                    else:
+                        vk -= product
                 tick("syrk K += Z^T Z", t0)
-        self._record_parts(seconds)
-        return vj, vk
+        return vj, vk, seconds
 
     def _unpacked_rows(self, k: int, rows: np.ndarray, dtype: np.dtype, nao: int, capacity: int,
                        seconds: dict[str, float]) -> np.ndarray:
