@@ -117,3 +117,22 @@ def test_more_parts_than_rows():
     assert sorted(seen) == [(0, 1), (1, 2)]
     for a, b in zip(split, whole):
         assert np.abs(a - b).max() < 1e-13 and np.abs(b).max() > 0.1
+
+
+def test_one_device_builds_a_larger_then_a_smaller_molecule():
+    """The J/K work buffers are kept between builds and only grow: a build for a smaller nao after a larger
+    one reads the front of them (the selftest runs several molecules on one device)."""
+    rng = np.random.default_rng(5)
+    dev = get_device("cpu")
+    for nao, nocc in ((9, 3), (6, 2)):
+        rows = rng.standard_normal((4, nao * (nao + 1) // 2))
+        c = rng.standard_normal((nao, nocc))
+        vj, vk = dev.jk_block(dev.jk_tensor(rows, np.dtype(np.float64)), [(c, 1.0)], c @ c.T, True, True)
+        b = np.zeros((4, nao, nao))   # the rows unpacked by hand
+        il = np.tril_indices(nao)
+        for p in range(4):
+            b[p][il] = rows[p]
+            b[p] = b[p] + np.tril(b[p], -1).T
+        z = np.einsum("mi,pmn->pin", c, b)
+        assert np.abs(vk - np.einsum("pim,pin->mn", z, z)).max() < 1e-12
+        assert np.abs(vj - np.einsum("p,pmn->mn", np.einsum("pmn,mn->p", b, c @ c.T), b)).max() < 1e-12

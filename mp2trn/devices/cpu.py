@@ -356,7 +356,7 @@ class CpuDevice(Device):
         group = min(p1 - p0, chunk * max(1, int(_SYRK_GROUP_BYTES // (chunk * nao * max(width, 1) * dtype.itemsize))))
         zs = []
         if terms:
-            product = self._jk_buffer(f"k{k}", nao * nao, dtype).reshape(nao, nao)   # one group's ZᵀZ
+            product = self._jk_buffer(f"k{k}", nao * nao, dtype)[: nao * nao].reshape(nao, nao)   # one group's ZᵀZ
             z_buf = self._jk_buffer(f"z{k}", group * width * nao, dtype)
             offset = 0
             for ct, _ in terms:   # one Z (rows of the group, nocc, nao) per factor, side by side
