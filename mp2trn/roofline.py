@@ -46,16 +46,11 @@ def cache_path() -> Path:
 
 
 def blas_threads() -> int:
-    """Threads of NumPy's BLAS pool now (1 when threadpoolctl cannot tell)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - a dependency
-        return 1
-    numpy_dir = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
-    mine = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"
-            and os.path.abspath(lib.get("filepath", "")).startswith(os.path.join(numpy_dir, "numpy"))]
-    pools = mine or [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
-    return int(pools[0]["num_threads"]) if pools else 1
+    """Threads of NumPy's BLAS pool now (1 when threadpoolctl cannot tell); the libraries as
+    :mod:`mp2trn.threads` finds them, once per process."""
+    from .threads import current_blas_threads
+
+    return current_blas_threads()
 
 
 def machine_key() -> str:

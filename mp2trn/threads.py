@@ -107,6 +107,15 @@ def blas_threads() -> int:
     return max(1, _ORIGINAL.get(pools[0].filepath, pools[0].num_threads)) if pools else 1
 
 
+def current_blas_threads() -> int:
+    """The threads NumPy's BLAS pool has now (of the one BLAS when NumPy's cannot be told apart; 1 without
+    threadpoolctl or any BLAS)."""
+    if ThreadpoolController is None:
+        return 1
+    pools = _blas_libraries("numpy")[0] or list(_all_blas_libraries())
+    return int(pools[0].num_threads) if pools else 1
+
+
 #: one_thread_each's holds: entered from several threads at once (a reader thread's block beside a build),
 #: the first entry holds every BLAS library to one thread and the last exit restores what the first found
 _EACH_LOCK = threading.Lock()

@@ -72,6 +72,7 @@ def test_open_shell_uhf_oxygen_triplet(tmp_path):
     _check_cli(tmp_path, "oxygen_triplet", "cc-pvdz", ref)
 
 
+@pytest.mark.slow   # 23 s; water, hydroxyl and the oxygen triplet stay in the default run
 def test_benzene_cc_pvdz(tmp_path):
     ref = _check_api("benzene", "cc-pvdz")
     _check_cli(tmp_path, "benzene", "cc-pvdz", ref)

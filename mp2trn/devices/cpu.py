@@ -219,7 +219,7 @@ class CpuDevice(Device):
         # fp64: the host block itself. fp32, packed: an unpacked fp32 copy of the rows, made here once per
         # SCF (Inosine/cc-pVDZ: 0.68 GB beside the 0.68 GB fp64 tensor), which the builds' GEMMs read as it
         # is: unpacking at every build costs as much as the fp32 GEMMs themselves, and a packed fp32 copy
-        # unpacked by ?tpttr into ?symm ran at half their rate (``python scripts/bench_jk.py --parts``).
+        # unpacked by ?tpttr into ?symm ran at about half the GEMM rate (docs/benchmarks.md, the --parts tables).
         # fp32, unpacked layout, or no room for the copy (keep_copy False): unpacked and/or converted a
         # few rows at a time at every build
         dtype = np.dtype(dtype)
@@ -229,17 +229,13 @@ class CpuDevice(Device):
             copy = prefaulted_empty((block.shape[0], nao, nao), np.float32)   # fresh pages, mapped by every core
             chunk = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
 
-            def fill(k: int, p0: int, p1: int) -> None:   # unpack in fp64 a few rows at a time, convert in cache
-                with lib.with_omp_threads(1):
-                    for r0 in range(p0, p1, chunk):
-                        r1 = min(p1, r0 + chunk)
-                        stage = self._jk_buffer(f"copy{k}", chunk * nao * nao, np.float64)[: (r1 - r0) * nao * nao]
-                        lib.unpack_tril(block[r0:r1], out=stage.reshape(r1 - r0, nao, nao))
-                        np.copyto(copy[r0:r1], stage.reshape(r1 - r0, nao, nao), casting="same_kind")
+            def fill(k: int, p0: int, p1: int) -> None:   # a few rows at a time, unpacked in the builds' buffers
+                for r0 in range(p0, p1, chunk):
+                    r1 = min(p1, r0 + chunk)
+                    rows = self._unpacked_rows(k, block[r0:r1], np.dtype(np.float64), nao, chunk, {})
+                    np.copyto(copy[r0:r1], rows, casting="same_kind")
 
             self._over_cores(np.ones(block.shape[0]), fill)
-            for name in [n for n in self._jk_bufs if n.startswith("copy")]:   # the fill's stages: not needed again
-                del self._jk_bufs[name]
             self._record_parts({"fp32 copy (once per SCF)": self._clock() - t0})
             return _Fp32Copy(block, copy, nao)
         if block.ndim == 2:
