@@ -71,18 +71,21 @@ from __future__ import annotations
 import numpy as np
 
 from ._nki import nki, nisa, nl
-from .tiles import MFMAX, PMAX, evict, load_operand_tiles, matmul_planes, plan_panels, store_rows, tiles, column_views
+from .tiles import (MFMAX, PMAX, column_views, evict, group_chunks, grouped_rows, load_operand_tiles, matmul_planes,
+                    plan_panels, store_rows, tiles)
 
 __all__ = ["gemm", "gemm_x3", "gemm_reference", "gemm_body"]
 
-def gemm_body(a_planes, b_planes, outs, lower=False, m_block=0, n_width=0):
+def gemm_body(a_planes, b_planes, outs, lower=False, m_block=0, n_width=0, width=0):
     """Shared body of gemm/gemm_x3/trsm: ``outs[0][M, N] = A_Tᵀ B`` with A_T given by ``a_planes`` and B by
     ``b_planes`` (HBM). ``lower=True``: A_T is block upper-triangular with the same tiling on K and M
     (A = A_Tᵀ lower triangular), so K tiles above the output tile's M tile are skipped entirely (never
     loaded, never multiplied). ``m_block``: M tiles per resident panel (0: from the SBUF budget).
     ``outs``: (out,), or (out, out_rest) for fp32x3: the exact hi·hi part goes to ``out`` and the
     corrections to ``out_rest``. ``n_width``: columns of B per streamed chunk (0: chosen with the panel
-    height, :func:`plan_panels`)."""
+    height, :func:`plan_panels`). ``width`` > 0: B's columns are G groups of ``width`` and ``outs`` are
+    (G·M, width): C[m, g·width + c] is written to out[g·M + m, c] (the chunks never cut a group that fits in
+    one)."""
     K, M = a_planes[0].shape
     N = b_planes[0].shape[1]
     ktiles = tiles(K, PMAX)
@@ -90,7 +93,7 @@ def gemm_body(a_planes, b_planes, outs, lower=False, m_block=0, n_width=0):
     x3 = len(a_planes) > 1
     if m_block == 0 or n_width == 0:
         m_block, n_width = plan_panels(len(ktiles), len(mtiles), N, x3, m_block)
-    ntiles = tiles(N, n_width)
+    ntiles = group_chunks(N, width, n_width) if width else tiles(N, n_width)
     for mb0 in range(0, len(mtiles), m_block):
         blk = mtiles[mb0:mb0 + m_block]
         c0 = blk[0][0]
@@ -109,41 +112,64 @@ def gemm_body(a_planes, b_planes, outs, lower=False, m_block=0, n_width=0):
                 for o, acc, st in zip(outs, accs, stage):
                     if msz == MFMAX:                          # full tiles: staged, one store per panel
                         nisa.tensor_copy(dst=st[:, bi, :], src=acc)
-                    else:                                     # the short last M tile: its own store
+                    elif width:                               # the short last M tile: its own store
+                        evict(grouped_rows(o, M, width, m0, msz, 0, n0, nsz), acc, msz, nsz)
+                    else:
                         evict(o[m0:m0 + msz, n0:n0 + nsz], acc, msz, nsz)
             if nfull:
                 for o, st in zip(outs, stage):
-                    store_rows(o, c0, nfull * MFMAX, n0, nsz, st)
+                    if width:
+                        nisa.dma_copy(dst=grouped_rows(o, M, width, c0, MFMAX, nfull, n0, nsz), src=st)
+                    else:
+                        store_rows(o, c0, nfull * MFMAX, n0, nsz, st)
 
 
 # ------------------------------------------------------------------------------------------------------
 # kernels
 
 
+def _out_shape(M, N, width):
+    """(M, N), or (G·M, width) for B's columns in G groups of ``width`` (see ``gemm``)."""
+    if not width:
+        return (M, N)
+    assert N % width == 0, f"gemm: {N} columns are not whole groups of {width}"
+    return (N // width * M, width)
+
+
 @nki.jit
-def gemm(a_t, b, m_block=0, n_width=0):
-    """``c = a_tᵀ @ b`` in fp32: a_t (K, M), b (K, N) float32 HBM -> c (M, N) float32."""
+def gemm(a_t, b, m_block=0, n_width=0, width=0):
+    """``c = a_tᵀ @ b`` in fp32: a_t (K, M), b (K, N) float32 HBM -> c (M, N) float32. ``width`` > 0: b's
+    columns are G = N/width groups and c comes out (G·M, width), c[g·M + m, j] = (a_tᵀ b)[m, g·width + j] —
+    each group's product as a block of rows (a batched product with a shared stationary operand, its
+    results laid out for a next GEMM that contracts over (g, m))."""
     K, M = a_t.shape
     K2, N = b.shape
     assert K == K2, f"gemm: contraction mismatch {a_t.shape} vs {b.shape}"
-    c = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((a_t,), (b,), (c,), lower=False, m_block=m_block, n_width=n_width)
+    c = nl.ndarray(_out_shape(M, N, width), dtype=nl.float32, buffer=nl.shared_hbm)
+    gemm_body((a_t,), (b,), (c,), lower=False, m_block=m_block, n_width=n_width, width=width)
     return c
 
 
 @nki.jit
-def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=0, n_width=0):
+def gemm_x3(a_t_hi, a_t_lo, b_hi, b_lo, b, m_block=0, n_width=0, width=0):
     """Compensated ``c = a_tᵀ @ b`` (fp32x3): a_t = a_t_hi (bf16 grid) + a_t_lo (fp32); b = b_hi + b_lo,
-    b (fp32) — see the module docstring. Returns (c_exact, c_rest), (M, N) float32 each:
-    c = c_exact + c_rest, to be added in fp64 (the pair carries ~fp32·2^-β relative accuracy)."""
+    b (fp32) — see the module docstring. Returns (c_exact, c_rest), (M, N) float32 each (``width``: (G·M,
+    width), as ``gemm``): c = c_exact + c_rest, to be added in fp64 (the pair carries ~fp32·2^-β relative
+    accuracy)."""
     K, M = a_t_hi.shape
     N = b.shape[1]
-    c = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    c_rest = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), (c, c_rest), lower=False, m_block=m_block, n_width=n_width)
+    shape = _out_shape(M, N, width)
+    c = nl.ndarray(shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    c_rest = nl.ndarray(shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    gemm_body((a_t_hi, a_t_lo), (b_hi, b_lo, b), (c, c_rest), lower=False, m_block=m_block, n_width=n_width,
+              width=width)
     return c, c_rest
 
 
-def gemm_reference(a_t: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """NumPy reference: ``a_tᵀ @ b`` in float64."""
-    return np.asarray(a_t, dtype=np.float64).T @ np.asarray(b, dtype=np.float64)
+def gemm_reference(a_t: np.ndarray, b: np.ndarray, width: int = 0) -> np.ndarray:
+    """NumPy reference: ``a_tᵀ @ b`` in float64 (``width``: regrouped to (G·M, width) as ``gemm``)."""
+    c = np.asarray(a_t, dtype=np.float64).T @ np.asarray(b, dtype=np.float64)
+    if not width:
+        return c
+    m, n = c.shape
+    return c.reshape(m, n // width, width).transpose(1, 0, 2).reshape(-1, width)

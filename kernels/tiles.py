@@ -10,6 +10,8 @@ Helpers (engine)
     ktile_buffer / refill_ktiles                    K-tile buffers allocated once, refilled per use (DMA)
     load_column_runs                                several column runs of every K tile in one DMA
     store_rows                                      SBUF → HBM (DMA, one access pattern per panel)
+    group_chunks / grouped_rows                     column chunks and output views of a GEMM whose columns
+                                                    come in groups written as row blocks (``gemm(width=w)``)
     matmul_planes                                   Σ_k stationaryᵀ·moving into PSUM (TensorE)
     evict                                           PSUM → SBUF (VectorE) → HBM (DMA)
     broadcast_row                                   an HBM row on every partition (DMA with partition step 0,
@@ -33,7 +35,7 @@ EXP_MASK = 0x7F800000           # fp32 exponent bits: (bits & mask) reinterprete
 
 __all__ = ["broadcast_row", "PMAX", "MFMAX", "NFMAX", "FP32", "MAGIC", "EXP_MASK", "tiles", "sbuf_budget", "load_rows", "load_ktiles",
            "load_operand_tiles", "store_rows", "matmul_planes", "evict", "plan_panels", "column_views",
-           "full_ktiles", "ktile_buffer", "refill_ktiles", "load_column_runs"]
+           "full_ktiles", "ktile_buffer", "refill_ktiles", "load_column_runs", "group_chunks", "grouped_rows"]
 
 
 def tiles(n, size):
@@ -157,6 +159,30 @@ def store_rows(dst, r0, rows, n0, nsz, tiles_sb, name=""):
     ncols = dst.shape[1]
     nisa.dma_copy(dst=dst.ap([[ncols, PMAX], [PMAX * ncols, rows // PMAX], [1, nsz]], offset=r0 * ncols + n0),
                   src=tiles_sb)
+
+
+def group_chunks(n, width, chunk):
+    """Column chunks of ≤ ``chunk`` columns over ``n`` = G·``width`` columns that never cut a group of
+    ``width`` columns unless a group is wider than a chunk: whole groups per chunk (⌊chunk/width⌋ of them),
+    else pieces of one group."""
+    if width <= chunk:
+        step = (chunk // width) * width
+        return [(s, min(step, n - s)) for s in range(0, n, step)]
+    return [(g + s, sz) for g in range(0, n, width) for s, sz in tiles(width, chunk)]
+
+
+def grouped_rows(dst, m, width, r0, prows, ntile, n0, nsz):
+    """The HBM view of ``dst`` (G·m, width) that holds rows r0 .. of C (m, G·width), columns n0:n0+nsz,
+    with C[r, g·width + c] at dst[g·m + r, c]: [prows partitions (rows), ntile row tiles of 128 (0: no
+    tile level), columns] — one access pattern, so a panel's row tiles leave in one DMA. The columns are
+    whole groups or a piece of one group (:func:`group_chunks`)."""
+    g, c = divmod(n0, width)
+    levels = [[width, prows]] + ([[PMAX * width, ntile]] if ntile else [])
+    if c + nsz > width:                       # several whole groups
+        levels += [[m * width, nsz // width], [1, width]]
+    else:
+        levels += [[1, nsz]]
+    return dst.ap(levels, offset=(g * m + r0) * width + c)
 
 
 def matmul_planes(accs, stationary, moving):

@@ -93,3 +93,44 @@ def test_a_short_wide_stationary_operand_fits_trn1_sbuf(kernel):
         assert np.max(np.abs(c_exact.astype(np.float64) + c_rest - gemm_reference(a_t, b))) <= \
             8 * np.sqrt(k) * EPS32 * 2.0 ** -beta * bound(a_t, b)
     assert plan_panels(2, 137, n, kernel == "gemm_x3")[0] < 137
+
+
+# (K, M, G, width, m_block, n_width): whole groups per chunk (70 → 7 per 512), groups wider than a chunk
+# (600 in pieces of 512 + 88), a short last M tile, one group, forced small panels and chunks
+GROUPED = [
+    (70, 256, 9, 70, None, None),
+    (256, 70, 4, 70, None, None),
+    (130, 129, 3, 600, None, None),
+    (100, 300, 5, 64, 1, 128),
+    (5, 1, 1, 1, None, None),
+    (64, 130, 7, 33, 2, 128),
+]
+
+
+@pytest.mark.parametrize("k,m,g,width,m_block,n_width", GROUPED)
+def test_gemm_grouped_output_matches_reference(k, m, g, width, m_block, n_width):
+    """``width``: each group of B's columns comes out as its own block of M rows, in fp32 and fp32x3."""
+    rng = np.random.default_rng(k + m + g)
+    a_t, b = rng.standard_normal((k, m)), rng.standard_normal((k, g * width))
+    ref = gemm_reference(a_t, b, width)
+    assert np.allclose(ref[(g - 1) * m:, :], (a_t.T @ b)[:, (g - 1) * width:])
+    kw = {"width": width, "m_block": m_block or 0, "n_width": n_width or 0}
+    c, _ = run(gemm, a_t.astype(np.float32), b.astype(np.float32), **kw)
+    assert c.shape == (g * m, width)
+    assert np.max(np.abs(c - ref)) <= 8 * np.sqrt(k) * EPS32 * bound(a_t, b)
+    beta = beta_for(k)
+    (c, c_rest), _ = run(gemm_x3, *split(a_t, 0, beta), *split(b, 0, beta, with_full=True), **kw)
+    assert c.shape == c_rest.shape == (g * m, width)
+    assert np.max(np.abs(c.astype(np.float64) + c_rest - ref)) <= 8 * np.sqrt(k) * EPS32 * 2.0 ** -beta * bound(a_t, b)
+
+
+def test_group_chunks_cover_every_column_without_cutting_a_group():
+    from mp2trn.kernels.tiles import group_chunks
+
+    for n, width, chunk in [(630, 70, 512), (1800, 600, 512), (7, 1, 512), (512, 512, 512), (1024, 256, 512)]:
+        chunks = group_chunks(n, width, chunk)
+        assert [c for s, sz in chunks for c in range(s, s + sz)] == list(range(n))
+        assert all(sz <= chunk for _, sz in chunks)
+        for s, sz in chunks:
+            whole = s % width == 0 and sz % width == 0
+            assert whole or s // width == (s + sz - 1) // width

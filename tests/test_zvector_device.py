@@ -52,10 +52,18 @@ def test_device_products_equal_host_fp64_ones(system, device, precision, tol):
         moved.append(dev.transfer_record()["zvector"]["to_device"])
     assert on_device.describe() == {"device": device, "precision": precision, "products": 2,
                                     "gemm_launches": 2 * 5 * len(chans)}
-    # the first product sent the five kept layouts it reads and its moving operands, the second only the latter
+    # the first product sent the five kept layouts it reads and its host operands, the second only the latter
+    # (fp32x3: hi and lo of each layout, and the full plane of the two that are also moving operands)
     blocks = sum(3 * ov.size + oo.size + vv.size for oo, ov, vv in
                  zip(host.b_oo, host.b_ov, host.b_vv)) * (4 if precision == "fp32" else 6)
+    if precision == "fp32x3":
+        blocks += sum(ov.size + oo.size for oo, ov in zip(host.b_oo, host.b_ov)) * 4
     assert moved[0] - (moved[1] - moved[0]) == blocks
+    # a product sends z and zᵀ (stationary: fp32x3 hi + lo) and ρ (moving: hi, lo, x); M and Y
+    # (naux·nocc·(nocc + nvir)) stay in device memory
+    per_product = sum(2 * z.size * (4 if precision == "fp32" else 6) + host.naux * (4 if precision == "fp32" else 10)
+                      for z in zs)
+    assert moved[1] - moved[0] == per_product
     rng = np.random.default_rng(2)
     mats = [(lambda m: m + m.T)(rng.normal(size=(c.nmo, c.nmo))) for c in chans]
     for a, b in zip(on_device.occupied_columns(mats), host.occupied_columns(mats)):

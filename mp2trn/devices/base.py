@@ -185,16 +185,28 @@ class Device(ABC):
         """The arithmetic of :meth:`response_gemm` (the base class: fp64 NumPy on the host)."""
         return "fp64"
 
-    def response_operand(self, a_t: np.ndarray) -> Any:
+    def response_operand(self, a_t: np.ndarray, moving: bool = False) -> Any:
         """Take an fp64 (K, M) operand that every iteration of the Z-vector reads (an MO block of the JK-fit
         tensor in one layout) into device memory, where it stays until the host drops the handle; returns the
-        handle for :meth:`response_gemm` (the base class: the array itself)."""
+        handle for :meth:`response_gemm` (its ``a_t``) and, with ``moving``, for :meth:`response_grouped`
+        (its ``b``) too (the base class: the array itself)."""
         return a_t
 
-    def response_gemm(self, a_t: Any, b: np.ndarray, stage: str = "zvector") -> np.ndarray:
+    def response_grouped(self, a_t: np.ndarray, b: Any, width: int, stage: str = "zvector") -> Any:
+        """Y (G·M, width) with Y[g·M + m, j] = Σ_k a_t[k, m] b[k, g·width + j]: the product of a small host
+        operand ``a_t`` (K, M) fp64 with each of the G column groups of the kept ``b`` (a ``moving``
+        :meth:`response_operand` handle, (K, G·width)), laid out as row blocks for a next product that
+        contracts over (g, m). It stays where the device computed it: the handle :meth:`response_gemm` takes
+        as its ``b`` (the base class: a NumPy array, G batched GEMMs)."""
+        k, m = a_t.shape
+        g = np.shape(b)[1] // width
+        return np.matmul(np.asarray(a_t).T, np.asarray(b).reshape(k, g, width).transpose(1, 0, 2)).reshape(g * m, width)
+
+    def response_gemm(self, a_t: Any, b: Any, stage: str = "zvector") -> np.ndarray:
         """C (M, N) = a_tᵀ · b in fp64: ``a_t`` a :meth:`response_operand` handle or an fp64 (K, M) array,
-        ``b`` (K, N) fp64. Launch records and cost reports count it under ``stage`` (``zvector``: the
-        response's products; ``grad_gamma``: Γ's back-transformation to the AO basis)."""
+        ``b`` (K, N) fp64 from the host or a :meth:`response_grouped` result. Launch records and cost reports
+        count it under ``stage`` (``zvector``: the response's products; ``grad_gamma``: Γ's
+        back-transformation to the AO basis)."""
         return np.asarray(a_t).T @ b
 
     # -- the SCF's Coulomb and exchange builds (mp2trn.jk owns blocking, caching and the fp64 sums) ------

@@ -199,6 +199,12 @@ class CpuDevice(Device):
         self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
 
+    def response_grouped(self, a_t, b, width, stage="zvector"):
+        t0 = time.perf_counter()
+        out = super().response_grouped(a_t, b, width, stage)
+        self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * a_t.shape[0])
+        return out
+
     # -- SCF J/K --------------------------------------------------------------------------------------
     has_jk = True
 

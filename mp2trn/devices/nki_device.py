@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, ResourceError
 from ..nkiemu.targets import DEFAULT_TARGET
 from ..precision import combine_planes
 from .base import Device, PairDensities, root_array
@@ -507,30 +507,59 @@ class NkiDevice(Device):
     def response_precision(self) -> str:
         return self.precision
 
-    def response_operand(self, a_t):
-        """The operand's planes for the stationary side (fp32: one; fp32x3: hi, lo), kept in device memory:
-        every Z-vector iteration reads them, the bytes travel once."""
-        planes = self.mode.split_operand(np.asarray(a_t, dtype=np.float64), axis=0, moving=False)
+    def response_operand(self, a_t, moving=False):
+        """The operand's planes (fp32: one; fp32x3: hi, lo, and x for an operand ``moving`` in some product),
+        kept in device memory: every Z-vector iteration reads them, the bytes travel once. A moving
+        operand's hi and lo are its stationary planes (one split along K), so it serves both sides."""
+        planes = self.mode.split_operand(np.asarray(a_t, dtype=np.float64), axis=0, moving=moving)
         self.launcher.keep(*planes)
         return planes
+
+    def response_grouped(self, a_t, b, width, stage="zvector"):
+        """One ``gemm(width=…)`` launch: ``a_t`` (K, M) from the host stationary, the kept ``b`` (a
+        ``moving=True`` handle) streamed; the result — (G·M, width) fp32, or the fp32x3 pair — stays in device
+        memory (``stay``), its planes the handle :meth:`response_gemm` takes as ``b``."""
+        planes = self.mode.split_operand(np.asarray(a_t, dtype=np.float64), axis=0, moving=False)
+        k, m = planes[0].shape
+        if k > self.plan.gemm_k_rows(m, width):
+            raise ResourceError(f"response_grouped: a contraction of {k} rows exceeds one launch's "
+                                        f"{self.plan.gemm_k_rows(m, width)}; run the gradient on --device cpu")
+        out = self.launcher.launch(stage, _response_kernel(self.mode.compensated), (*planes, *b), {"width": width},
+                                   stay=True)
+        return out if isinstance(out, tuple) else (out,)
 
     def response_gemm(self, a_t, b, stage="zvector"):
         """One launch per :meth:`LaunchPlan.gemm_k_rows` rows of the contraction (row ranges of the kept
         planes: slices in device memory), their products added in fp64 on the host. A stationary plane split
         for the whole K has a grid no finer than one split for a part of it, so the compensated products of
-        a part stay exact (mp2trn.precision)."""
+        a part stay exact (mp2trn.precision). ``b`` from the host is split per launch; ``b`` in device memory
+        (a :meth:`response_grouped` result) is sliced there, its fp32x3 pair split on the chip by
+        ``resplit_x3`` per launch's rows (the grid the host's split of those rows would have)."""
         planes = a_t if isinstance(a_t, tuple) else self.mode.split_operand(np.asarray(a_t, dtype=np.float64),
                                                                             axis=0, moving=False)
-        b = np.asarray(b, dtype=np.float64)
+        planes = planes[:2] if self.mode.compensated else planes     # a moving handle's x is not needed here
+        resident = isinstance(b, tuple)
+        b = b if resident else np.asarray(b, dtype=np.float64)
         k, m = planes[0].shape
-        rows = self.plan.gemm_k_rows(m, b.shape[1])
+        n = b[0].shape[1] if resident else b.shape[1]
+        rows = self.plan.gemm_k_rows(m, n)
         kernel = _response_kernel(self.mode.compensated)
-        out = np.zeros((m, b.shape[1]))
+        out = np.zeros((m, n))
         for k0 in range(0, k, rows):
-            moving = self.mode.split_operand(b[k0:k0 + rows], axis=0, moving=True)
+            moving = self._moving_rows(b, k0, min(k, k0 + rows), stage) if resident else \
+                self.mode.split_operand(b[k0:k0 + rows], axis=0, moving=True)
             part = self.launcher.launch(stage, kernel, (*(p[k0:k0 + rows] for p in planes), *moving), {})
             out += self.mode.combine(part)
         return out
+
+    def _moving_rows(self, b: tuple, r0: int, r1: int, stage: str) -> tuple:
+        """Rows r0:r1 of a result in device memory as a moving operand's planes, made there."""
+        if not self.mode.compensated:
+            return (b[0][r0:r1],)
+        from ..kernels.resplit import resplit_x3
+        from ..precision import beta_for
+
+        return self.launcher.launch(stage, resplit_x3, (b[0][r0:r1], b[1][r0:r1], beta_for(r1 - r0)), {}, stay=True)
 
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True

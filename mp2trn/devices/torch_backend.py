@@ -142,12 +142,18 @@ class TorchDevice(Device):
     def response_precision(self) -> str:
         return self.precision
 
-    def response_operand(self, a_t):
+    def response_operand(self, a_t, moving=False):
         return self._t(a_t)
+
+    def response_grouped(self, a_t, b, width, stage="zvector"):
+        k, m = a_t.shape
+        g = b.shape[1] // width
+        return self.torch.matmul(self._t(a_t).T, b.reshape(k, g, width).transpose(0, 1)).reshape(g * m, width)
 
     def response_gemm(self, a_t, b, stage="zvector"):
         a = a_t if self.torch.is_tensor(a_t) else self._t(a_t)
-        return (a.T @ self._t(b)).to(self.torch.float64).cpu().numpy()
+        b = b if self.torch.is_tensor(b) else self._t(b)
+        return (a.T @ b).to(self.torch.float64).cpu().numpy()
 
     # -- SCF J/K: the tensor stays on the GPU for the whole SCF when it fits (mp2trn.jk decides) ----------
     has_jk = True

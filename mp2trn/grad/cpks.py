@@ -16,17 +16,22 @@ with the MO blocks B^Q_vv, B^Q_ov = (B^Q_vo)ᵀ, B^Q_oo of the tensor made once,
 
 The Z-vector's products are GEMMs on the gradient's device (:meth:`mp2trn.devices.Device.response_gemm`,
 stage ``zvector``): the MO blocks go to the device once per gradient, in the layouts the GEMMs contract
-(C = A_Tᵀ B with A_T the kept block), and each product sends z and two small intermediates:
+(C = A_Tᵀ B), and each product sends z and ρ:
 
-    M^Q_ij = Σ_b z_bi B^Q_jb        A_T = B_vo as (b, (Q, j)),   B = z         → ((Q, j), i)
-    Y^Q_bj = Σ_i z_bi B^Q_ij        A_T = B_oo as (i, (Q, j)),   B = zᵀ        → ((Q, j), b)
-    Σ_Q B^Q_vv Y^Q                   A_T = B_vv as ((Q, b), a),   B = Y^Q by (Q, b) rows (host transpose)
-    Σ_Q B^Q_vo M^Q                   A_T = B_ov as ((Q, i), a),   B = M^Q by (Q, i) rows (host transpose)
-    J: ρ_Q = 2 Σ_i M^Q_ii (host);    A_T = B_ov as (Q, (i, a)),   B = ρ
+    M^Q_ij = Σ_b z_bi B^Q_jb        A_T = z,   B = B_vo as (b, (Q, j)),   grouped → ((Q, i), j)
+    Y^Q_bj = Σ_i z_bi B^Q_ij        A_T = zᵀ,  B = B_oo as (i, (Q, j)),   grouped → ((Q, b), j)
+    Σ_Q B^Q_vv Y^Q                   A_T = B_vv as ((Q, b), a),   B = Y (in device memory)
+    Σ_Q B^Q_vo M^Q                   A_T = B_ov as ((Q, i), a),   B = M (in device memory)
+    J: ρ_Q = 2 Σ_ia B^Q_ia z_ai (host fp64);   A_T = B_ov as (Q, (i, a)),   B = ρ
 
-in the device's precision (sim: the ``gemm`` kernel in fp32 or ``gemm_x3`` in fp32x3; cuda: torch; cpu:
-fp64), the solver's vectors and sums in fp64 on the host. The G[X] columns for the Lagrangian and W are device
-GEMMs of the same blocks (:meth:`ResponseJK.occupied_columns`, two per gradient).
+where "grouped" (:meth:`mp2trn.devices.Device.response_grouped`) is one product of the small z with all of
+the kept block's Q column groups, each group's result written as its own block of rows: M and Y come out
+in the layouts the next products contract and stay in device memory, so an iteration moves only z, ρ and
+(M, N)-sized results between host and device (before, Y — naux·nocc·nvir — came to the host, was transposed
+there and sent back at every iteration). The products run in the device's precision (sim: the ``gemm``
+kernel in fp32 or ``gemm_x3`` in fp32x3, a resident pair re-split on the chip by ``resplit_x3``; cuda:
+torch; cpu: fp64), the solver's vectors and sums in fp64 on the host. The G[X] columns for the Lagrangian
+and W are device GEMMs of the same blocks (:meth:`ResponseJK.occupied_columns`, two per gradient).
 """
 
 from __future__ import annotations
@@ -78,17 +83,21 @@ class ResponseJK:
         host blocks: a device copies them into its own memory, the cpu reads them where they are)."""
         naux, o, v = ov.shape
         keep = self.device.response_operand
-        return {"vo_by_vir": keep(ov.reshape(naux * o, v).T),                      # (b, (Q, j))
-                "oo_by_occ": keep(oo.reshape(naux * o, o).T),                      # (i, (Q, j)): B^Q_oo symmetric
+        return {"vo_by_vir": keep(ov.reshape(naux * o, v).T, moving=True),         # (b, (Q, j))
+                "oo_by_occ": keep(oo.reshape(naux * o, o).T, moving=True),         # (i, (Q, j)): B^Q_oo symmetric
                 "vv_rows": keep(vv.reshape(naux * v, v)),                          # ((Q, b), a)
                 "ov_rows": keep(ov.reshape(naux * o, v)),                          # ((Q, i), a)
                 "ov_by_aux": keep(ov.reshape(naux, o * v)),                        # (Q, (i, a))
                 "oo_rows": keep(oo.reshape(naux * o, o)),                          # ((Q, j), i)
                 "oo_by_aux": keep(oo.reshape(naux, o * o))}                        # (Q, (j, i))
 
-    def _gemm(self, a_t, b: np.ndarray) -> np.ndarray:
+    def _gemm(self, a_t, b) -> np.ndarray:
         self.launches += 1
-        return self.device.response_gemm(a_t, np.ascontiguousarray(b), "zvector")
+        return self.device.response_gemm(a_t, np.ascontiguousarray(b) if isinstance(b, np.ndarray) else b, "zvector")
+
+    def _grouped(self, a_t: np.ndarray, kept, width: int):
+        self.launches += 1
+        return self.device.response_grouped(np.ascontiguousarray(a_t), kept, width, "zvector")
 
     def on_host(self) -> ResponseJK | None:
         """The same products through the host's fp64 GEMMs (the MO blocks shared), or None when these are."""
@@ -138,18 +147,18 @@ class ResponseJK:
 
     # -- the Z-vector's operator -----------------------------------------------------------------------
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
-        """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc): five GEMMs per
-        channel on the device (module docstring), the transposes between them and ρ on the host."""
+        """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc): six device
+        products per channel (module docstring) whose two large intermediates stay on the device, ρ on the
+        host (fp64)."""
         self.products += 1
         exchange, rho = [], np.zeros(self.naux)
-        for ch, kept, z in zip(self.chans, self._kept, zs):
-            o, v = len(ch.occ), ch.nvir
-            m = self._gemm(kept["vo_by_vir"], z).reshape(self.naux, o, o)          # m[Q, j, i] = M^Q_ij
-            y = self._gemm(kept["oo_by_occ"], z.T).reshape(self.naux, o, v)        # y[Q, j, b] = Y^Q_bj
-            rho += ch.weight * 2.0 * np.einsum("qii->q", m)
-            first = self._gemm(kept["vv_rows"], y.transpose(0, 2, 1).reshape(-1, o))   # Σ_Q B^Q_vv Y^Q
-            second = self._gemm(kept["ov_rows"], m.transpose(0, 2, 1).reshape(-1, o))  # Σ_Q B^Q_vo M^Q
-            exchange.append(first + second)
+        for ch, kept, ov, z in zip(self.chans, self._kept, self.b_ov, zs):
+            o = len(ch.occ)
+            m = self._grouped(z, kept["vo_by_vir"], o)            # ((Q, i), j) = M^Q_ij
+            y = self._grouped(z.T, kept["oo_by_occ"], o)          # ((Q, b), j) = Y^Q_bj
+            rho += ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())    # 2 Σ_ia B^Q_ia z_ai = 2 tr M^Q
+            exchange.append(self._gemm(kept["vv_rows"], y) + self._gemm(kept["ov_rows"], m))
+            del m, y                                              # device memory for the next channel
         return [self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(len(ch.occ), ch.nvir).T - k
                 for ch, kept, k in zip(self.chans, self._kept, exchange)]
 
