@@ -199,6 +199,13 @@ class CpuDevice(Device):
         self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
 
+    def response_blocks(self, rows, c):
+        t0 = time.perf_counter()
+        out = super().response_blocks(rows, c)
+        q, nao, _ = rows.shape
+        self._meter.add("zvector", "fp64", time.perf_counter() - t0, 2.0 * q * nao * c.shape[1] * (nao + c.shape[1]))
+        return out
+
     def response_grouped(self, a_t, b, width, stage="zvector"):
         t0 = time.perf_counter()
         out = super().response_grouped(a_t, b, width, stage)

@@ -372,11 +372,13 @@ class NkiDevice(Device):
 
     # -- stage 1: (P|μν) -> (P|ia) ------------------------------------------------------------------
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
-        mode = self.mode
+        return self._ao_to_mo(ao, c_occ, c_vir, "ao_to_mo", self.mode, self.kernels.ao_to_mo)
+
+    def _ao_to_mo(self, ao, c_occ, c_vir, stage: str, mode, kernel) -> np.ndarray:
         p, nao, _ = ao.shape
         no, nv = c_occ.shape[1], c_vir.shape[1]
-        out = np.empty((p, no, nv), dtype=self.storage_dtype)
-        rows = self._bucket(("ao_to_mo", nao), p)                    # zero rows: the last, shorter block
+        out = np.empty((p, no, nv), dtype=mode.storage)
+        rows = self._bucket((stage, nao), p)                         # zero rows: the last, shorter block
         ao_planes = mode.split_operand(_pad_rows(ao, rows), axis=1, moving=False)   # grid per (P, μ) along ν
         cv_planes = mode.split_operand(c_vir, axis=0, moving=True)
         for i0 in range(0, no, MAX_BLOCK):             # one launch per ≤512 occupied orbitals
@@ -384,7 +386,7 @@ class NkiDevice(Device):
             co_planes = mode.split_operand(c_occ[:, i0:i1], axis=0, moving=True)
             args = (*ao_planes, *co_planes, *cv_planes, *mode.grid_args(nao))
             kw = {"group": self.plan.ao_group(nao, i1 - i0, nv)}
-            y = mode.combine(self.launcher.launch("ao_to_mo", self.kernels.ao_to_mo, args, kw))
+            y = mode.combine(self.launcher.launch(stage, kernel, args, kw))
             out[:, i0:i1, :] = y.reshape(rows, i1 - i0, nv)[:p]
         return out
 
@@ -506,6 +508,15 @@ class NkiDevice(Device):
     @property
     def response_precision(self) -> str:
         return self.precision
+
+    def response_blocks(self, rows, c):
+        """The compensated AO→MO kernel (``batched_gemm_x3``, its pair added in fp64) with C on both sides,
+        launched under stage ``zvector`` in every precision: the tensor's rows go over once and the blocks
+        come back to fp64 accuracy (~1e-10), so that the host's fp64 products of the same blocks — the
+        fallback when the device's products stall near an unstable SCF — solve the system the host would."""
+        from ..kernels.batched_gemm import batched_gemm_x3
+
+        return self._ao_to_mo(rows, c, c, "zvector", _compensated(), batched_gemm_x3)
 
     def response_operand(self, a_t, moving=False):
         """The operand's planes (fp32: one; fp32x3: hi, lo, and x for an operand ``moving`` in some product),

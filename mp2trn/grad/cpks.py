@@ -66,8 +66,7 @@ class ResponseJK:
             oo, ov, vv = np.empty((self.naux, o, o)), np.empty((self.naux, o, v)), np.empty((self.naux, v, v))
             for q0, b in self._chunks(tensor):
                 q = len(b)
-                half = (b.reshape(-1, self.nao) @ ch.c).reshape(q, self.nao, -1)     # (Q, ν, p) = B_Q C
-                mo = np.matmul(ch.c.T, half)                                          # (Q, p, p) = Cᵀ B_Q C
+                mo = self.device.response_blocks(b, ch.c)                             # (Q, p, p) = Cᵀ B_Q C
                 oo[q0 : q0 + q] = mo[np.ix_(range(q), ch.occ, ch.occ)]
                 ov[q0 : q0 + q] = mo[np.ix_(range(q), ch.occ, ch.vir)]
                 vv[q0 : q0 + q] = mo[np.ix_(range(q), ch.vir, ch.vir)]
