@@ -67,9 +67,10 @@ class ResponseJK:
             for q0, b in self._chunks(tensor):
                 q = len(b)
                 mo = self.device.response_blocks(b, ch.c)                             # (Q, p, p) = Cᵀ B_Q C
-                oo[q0 : q0 + q] = mo[np.ix_(range(q), ch.occ, ch.occ)]
-                ov[q0 : q0 + q] = mo[np.ix_(range(q), ch.occ, ch.vir)]
-                vv[q0 : q0 + q] = mo[np.ix_(range(q), ch.vir, ch.vir)]
+                occ, vir = _span(ch.occ), _span(ch.vir)       # slices where contiguous: no gather
+                oo[q0 : q0 + q] = mo[:, occ][:, :, occ]
+                ov[q0 : q0 + q] = mo[:, occ][:, :, vir]
+                vv[q0 : q0 + q] = mo[:, vir][:, :, vir]
             self.b_oo.append(oo)
             self.b_ov.append(ov)   # (Q, i, a): its (Q·i, a) rows are Σ_Q B^Q_vo W_Q's contraction as they lie
             self.b_vv.append(vv)
@@ -194,3 +195,11 @@ class ResponseJK:
             g[ch.occ] += self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
             out.append(g)
         return out
+
+
+def _span(index: np.ndarray) -> slice | np.ndarray:
+    """An ascending run of consecutive indices as the slice it is (basic indexing, no copy), else itself."""
+    n = len(index)
+    if n and int(index[-1]) - int(index[0]) == n - 1 and bool(np.all(np.diff(index) == 1)):
+        return slice(int(index[0]), int(index[0]) + n)
+    return index
