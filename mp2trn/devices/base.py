@@ -185,13 +185,14 @@ class Device(ABC):
         """The arithmetic of :meth:`response_gemm` (the base class: fp64 NumPy on the host)."""
         return "fp64"
 
-    def response_blocks(self, rows: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Cᵀ B_Q C (q, nmo, nmo) fp64 for a chunk of the SCF's JK-fit tensor, ``rows`` (q, nao, nao) fp64, and
-        the orbitals ``c`` (nao, nmo): the response's MO blocks, made where its products run and in their
-        precision, counted under stage ``zvector`` (the base class: the host's fp64 GEMMs)."""
+    def response_blocks(self, rows: np.ndarray, cs: list[np.ndarray]) -> list[np.ndarray]:
+        """Cᵀ B_Q C (q, nmo, nmo) fp64 per spin channel's orbitals C in ``cs`` ((nao, nmo) each) for a chunk of
+        the SCF's JK-fit tensor, ``rows`` (q, nao, nao) fp64: the response's MO blocks, made where its products
+        run (the chunk read once for all channels), counted under stage ``zvector`` (the base class: the
+        host's fp64 GEMMs)."""
         q, nao, _ = rows.shape
-        half = (rows.reshape(q * nao, nao) @ c).reshape(q, nao, -1)     # (Q, ν, p) = B_Q C
-        return np.matmul(c.T, half)
+        flat = rows.reshape(q * nao, nao)
+        return [np.matmul(c.T, (flat @ c).reshape(q, nao, -1)) for c in cs]     # Cᵀ (B_Q C)
 
     def response_operand(self, a_t: np.ndarray, moving: bool = False) -> Any:
         """Take an fp64 (K, M) operand that every iteration of the Z-vector reads (an MO block of the JK-fit

@@ -199,11 +199,12 @@ class CpuDevice(Device):
         self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
 
-    def response_blocks(self, rows, c):
+    def response_blocks(self, rows, cs):
         t0 = time.perf_counter()
-        out = super().response_blocks(rows, c)
+        out = super().response_blocks(rows, cs)
         q, nao, _ = rows.shape
-        self._meter.add("zvector", "fp64", time.perf_counter() - t0, 2.0 * q * nao * c.shape[1] * (nao + c.shape[1]))
+        flops = sum(2.0 * q * nao * c.shape[1] * (nao + c.shape[1]) for c in cs)
+        self._meter.add("zvector", "fp64", time.perf_counter() - t0, flops)
         return out
 
     def response_grouped(self, a_t, b, width, stage="zvector"):

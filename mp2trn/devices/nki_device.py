@@ -372,20 +372,25 @@ class NkiDevice(Device):
 
     # -- stage 1: (P|μν) -> (P|ia) ------------------------------------------------------------------
     def ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
-        return self._ao_to_mo(ao, c_occ, c_vir, "ao_to_mo", self.mode, self.kernels.ao_to_mo)
-
-    def _ao_to_mo(self, ao, c_occ, c_vir, stage: str, mode, kernel) -> np.ndarray:
+        mode = self.mode
         p, nao, _ = ao.shape
-        no, nv = c_occ.shape[1], c_vir.shape[1]
-        out = np.empty((p, no, nv), dtype=mode.storage)
-        rows = self._bucket((stage, nao), p)                         # zero rows: the last, shorter block
+        rows = self._bucket(("ao_to_mo", nao), p)                    # zero rows: the last, shorter block
         ao_planes = mode.split_operand(_pad_rows(ao, rows), axis=1, moving=False)   # grid per (P, μ) along ν
+        return self._transform(ao_planes, p, c_occ, c_vir, "ao_to_mo", mode, self.plan,
+                               self.kernels.ao_to_mo).astype(self.storage_dtype, copy=False)
+
+    def _transform(self, ao_planes: tuple, p: int, c_occ, c_vir, stage: str, mode, plan, kernel) -> np.ndarray:
+        """(p, no, nv) = C_occᵀ (P|μν) C_vir of the (padded) AO planes in device memory or from the host:
+        one launch per ≤ 512 occupied orbitals, the pairs of a compensated kernel added in fp64."""
+        rows, nao = ao_planes[0].shape[0], ao_planes[0].shape[1]
+        no, nv = c_occ.shape[1], c_vir.shape[1]
+        out = np.empty((p, no, nv), dtype=np.float64 if mode.compensated else np.float32)
         cv_planes = mode.split_operand(c_vir, axis=0, moving=True)
         for i0 in range(0, no, MAX_BLOCK):             # one launch per ≤512 occupied orbitals
             i1 = min(no, i0 + MAX_BLOCK)
             co_planes = mode.split_operand(c_occ[:, i0:i1], axis=0, moving=True)
             args = (*ao_planes, *co_planes, *cv_planes, *mode.grid_args(nao))
-            kw = {"group": self.plan.ao_group(nao, i1 - i0, nv)}
+            kw = {"group": plan.ao_group(nao, i1 - i0, nv)}
             y = mode.combine(self.launcher.launch(stage, kernel, args, kw))
             out[:, i0:i1, :] = y.reshape(rows, i1 - i0, nv)[:p]
         return out
@@ -509,14 +514,25 @@ class NkiDevice(Device):
     def response_precision(self) -> str:
         return self.precision
 
-    def response_blocks(self, rows, c):
+    def response_blocks(self, rows, cs):
         """The compensated AO→MO kernel (``batched_gemm_x3``, its pair added in fp64) with C on both sides,
-        launched under stage ``zvector`` in every precision: the tensor's rows go over once and the blocks
-        come back to fp64 accuracy (~1e-10), so that the host's fp64 products of the same blocks — the
-        fallback when the device's products stall near an unstable SCF — solve the system the host would."""
+        launched under stage ``zvector`` in every precision, so that the blocks come back fp64-accurate (~1e-10)
+        and the host's fp64 products of the same blocks — the fallback when the device's products stall near
+        an unstable SCF — solve the system the host would. The rows go over once for all channels, as an fp32
+        pair (8 bytes per element), and ``resplit_x3`` makes their planes on the chip, as for the SCF's tensor."""
         from ..kernels.batched_gemm import batched_gemm_x3
+        from ..kernels.resplit import resplit_x3
+        from ..precision import beta_for, fp32_pair
 
-        return self._ao_to_mo(rows, c, c, "zvector", _compensated(), batched_gemm_x3)
+        p, nao, _ = rows.shape
+        padded = self._bucket(("zvector", nao), p)                   # zero rows: the last, shorter chunk
+        hi, lo = fp32_pair(_pad_rows(rows, padded))
+        self.launcher.keep(hi, lo)
+        planes = self.launcher.launch("zvector", resplit_x3, (hi.reshape(padded * nao, nao), lo.reshape(padded * nao, nao),
+                                                              beta_for(nao)), {"group": nao, "planes": 2}, stay=True)
+        self.launcher.drop(hi, lo)
+        planes = tuple(a.reshape(padded, nao, nao) for a in planes)   # grid per (P, μ) along ν, as ao_to_mo
+        return [self._transform(planes, p, c, c, "zvector", _compensated(), self.plan_x3, batched_gemm_x3) for c in cs]
 
     def response_operand(self, a_t, moving=False):
         """The operand's planes (fp32: one; fp32x3: hi, lo, and x for an operand ``moving`` in some product),

@@ -142,13 +142,16 @@ class TorchDevice(Device):
     def response_precision(self) -> str:
         return self.precision
 
-    def response_blocks(self, rows, c):
+    def response_blocks(self, rows, cs):
         """In fp64, as its AO→MO transform (:meth:`ao_to_mo`)."""
         f64 = self.torch.float64
         q, nao, _ = rows.shape
-        cc = self._t(c, f64)
-        half = (self._t(rows, f64).reshape(q * nao, nao) @ cc).reshape(q, nao, -1)
-        return self.torch.matmul(cc.T, half).cpu().numpy()
+        flat = self._t(rows, f64).reshape(q * nao, nao)
+        out = []
+        for c in cs:
+            cc = self._t(c, f64)
+            out.append(self.torch.matmul(cc.T, (flat @ cc).reshape(q, nao, -1)).cpu().numpy())
+        return out
 
     def response_operand(self, a_t, moving=False):
         return self._t(a_t)

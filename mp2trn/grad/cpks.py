@@ -59,21 +59,18 @@ class ResponseJK:
         self.nao = mf.mol.nao_nr()
         self.naux = tensor.shape[0]
         self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
-        self.b_oo, self.b_ov, self.b_vv = [], [], []
-        for ch in chans:
-            o, v = len(ch.occ), ch.nvir
-            c_o, c_v = ch.c[:, ch.occ], ch.c[:, ch.vir]
-            oo, ov, vv = np.empty((self.naux, o, o)), np.empty((self.naux, o, v)), np.empty((self.naux, v, v))
-            for q0, b in self._chunks(tensor):
-                q = len(b)
-                mo = self.device.response_blocks(b, ch.c)                             # (Q, p, p) = Cᵀ B_Q C
-                occ, vir = _span(ch.occ), _span(ch.vir)       # slices where contiguous: no gather
+        shapes = [(len(ch.occ), ch.nvir) for ch in chans]
+        self.b_oo = [np.empty((self.naux, o, o)) for o, _ in shapes]
+        self.b_ov = [np.empty((self.naux, o, v)) for o, v in shapes]   # (Q, i, a): its (Q·i, a) rows are
+        self.b_vv = [np.empty((self.naux, v, v)) for _, v in shapes]   # Σ_Q B^Q_vo W_Q's contraction as they lie
+        for q0, b in self._chunks(tensor):                 # each chunk read (and sent) once for every channel
+            q = len(b)
+            for ch, mo, oo, ov, vv in zip(chans, self.device.response_blocks(b, [ch.c for ch in chans]),
+                                          self.b_oo, self.b_ov, self.b_vv):   # (Q, p, p) = Cᵀ B_Q C
+                occ, vir = _span(ch.occ), _span(ch.vir)   # slices where contiguous: no gather
                 oo[q0 : q0 + q] = mo[:, occ][:, :, occ]
                 ov[q0 : q0 + q] = mo[:, occ][:, :, vir]
                 vv[q0 : q0 + q] = mo[:, vir][:, :, vir]
-            self.b_oo.append(oo)
-            self.b_ov.append(ov)   # (Q, i, a): its (Q·i, a) rows are Σ_Q B^Q_vo W_Q's contraction as they lie
-            self.b_vv.append(vv)
         self._kept = [self._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
         #: Z-vector products and GEMM launches so far
         self.products = self.launches = 0
