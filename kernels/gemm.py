@@ -10,9 +10,13 @@ Args
     ``nisa.nc_matmul``. m_block / n_width: M tiles per resident panel, B columns per streamed chunk
     (None: :func:`~mp2trn.kernels.tiles.plan_panels` chooses them from the target's SBUF).
     ``gemm_x3``: the compensated planes (a_t_hi, a_t_lo, b_hi, b_lo, b), see below.
+    width: 0, or B's N columns as G = N/width groups whose products are written as blocks of rows (below).
 
 Returns
-    c (M, N) float32 in HBM (``gemm_x3``: the pair (c_exact, c_rest), c = c_exact + c_rest in fp64).
+    c (M, N) float32 in HBM (``gemm_x3``: the pair (c_exact, c_rest), c = c_exact + c_rest in fp64); with
+    ``width``, (G·M, width): c[g·M + m, j] = (A_Tᵀ B)[m, g·width + j] — a batched product with a shared
+    stationary operand, each group's result laid out for a next GEMM contracting over (g, m). The column
+    chunks then hold whole groups, and each panel's row tiles leave through one access pattern.
 
 Engines
     DMA: HBM→SBUF panel/chunk loads (≥ 2 KiB per partition per transfer), SBUF→HBM result tiles.

@@ -179,6 +179,7 @@ def grouped_rows(dst, m, width, r0, prows, ntile, n0, nsz):
     g, c = divmod(n0, width)
     levels = [[width, prows]] + ([[PMAX * width, ntile]] if ntile else [])
     if c + nsz > width:                       # several whole groups
+        assert c == 0 and nsz % width == 0, "grouped_rows: a chunk crossing groups must hold whole groups"
         levels += [[m * width, nsz // width], [1, width]]
     else:
         levels += [[1, nsz]]

@@ -15,8 +15,9 @@ with the MO blocks B^Q_vv, B^Q_ov = (B^Q_vo)ᵀ, B^Q_oo of the tensor made once,
 :func:`mp2trn.df.cholesky_tensor`) and read in row chunks, each unpacked in a small buffer.
 
 The Z-vector's products are GEMMs on the gradient's device (:meth:`mp2trn.devices.Device.response_gemm`,
-stage ``zvector``): the MO blocks go to the device once per gradient, in the layouts the GEMMs contract
-(C = A_Tᵀ B), and each product sends z and ρ:
+stage ``zvector``): the MO blocks are made there (:meth:`~mp2trn.devices.Device.response_blocks`), come back to
+the host in fp64 and go to the device once per gradient, in the layouts the GEMMs contract
+(C = A_Tᵀ B), and each product sends z, zᵀ and ρ:
 
     M^Q_ij = Σ_b z_bi B^Q_jb        A_T = z,   B = B_vo as (b, (Q, j)),   grouped → ((Q, i), j)
     Y^Q_bj = Σ_i z_bi B^Q_ij        A_T = zᵀ,  B = B_oo as (i, (Q, j)),   grouped → ((Q, b), j)
@@ -144,7 +145,7 @@ class ResponseJK:
 
     # -- the Z-vector's operator -----------------------------------------------------------------------
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
-        """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc): six device
+        """G^σ[Z^σ + Z^σᵀ] in the (virtual, occupied) block per channel, for z^σ (nvir, nocc): five device
         products per channel (module docstring) whose two large intermediates stay on the device, ρ on the
         host (fp64)."""
         self.products += 1

@@ -76,10 +76,14 @@ ZVECTOR_TOL = 1e-8
 #: 1e-7 and 1e-8 — hydroxyl/cc-pVDZ on sim: 10 products to 1e-7, 25 to 1e-8, its gradient 1.9e-8 Eh/bohr from
 #: cpu fp64 either way (the rest is the fp32 pair step)
 ZVECTOR_TOLS = {"fp32": 1e-7}
+#: a residual this many times its lowest so far means reduced-precision products have lost the conjugacy CG
+#: rests on (sim fp32x3 hydroxyl at --conv-tol 1e-10 climbed from 1.6e-8 to 4.8e-4 over 100 products): with a
+#: host fp64 fallback at hand the solve stops there instead of running to ``max_iter``
+ZVECTOR_STALL = 100.0
 
 
 def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
-                  max_iter: int = 100) -> tuple[list[np.ndarray], int, float]:
+                  max_iter: int = 100, stall: float | None = None) -> tuple[list[np.ndarray], int, float]:
     """z per channel (nvir, nocc) from (ε_a − ε_k) z + G[Z + Zᵀ]_vo = −L by preconditioned conjugate
     gradients (the orbital Hessian of a stable SCF is positive definite), from z = 0: exactly one G product
     per iteration (none for the start). The preconditioner is the Hessian's diagonal where the products
@@ -87,7 +91,7 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     the orbital-energy differences and a first residual; scripts/bench_zvector.py), else the orbital-energy
     differences. The vectors, the residual's recurrence and every dot product are fp64 on the host; only
     the products run on the device. Stops when ‖r‖ < tol·‖L‖; raises ConvergenceError after ``max_iter``
-    iterations."""
+    iterations, or with ``stall`` as soon as ‖r‖ exceeds ``stall`` times its lowest value so far."""
     shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
     diag = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in chans])
     exact = products.diagonal()
@@ -112,6 +116,7 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     z = r / precondition
     p = z.copy()
     rz = float(r @ z)
+    lowest = norm
     for it in range(1, max_iter + 1):
         ap = apply(p)
         alpha = rz / float(p @ ap)
@@ -120,6 +125,10 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
         res = float(np.linalg.norm(r))
         if res < tol * norm:
             return split(x), it, res / norm
+        lowest = min(lowest, res)
+        if stall is not None and res > stall * lowest:
+            raise ConvergenceError(f"the Z-vector stalled after {it} products (relative residual {res / norm:.1e}, "
+                                   f"{res / lowest:.0f}x its lowest, {lowest / norm:.1e})")
         z = r / precondition
         rz_new = float(r @ z)
         p = z + (rz_new / rz) * p
@@ -174,13 +183,14 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
     lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
            for ch, xx, gg in zip(chans, x, g)]
     fallback = None
+    host = products.on_host()
     try:
-        zs, iterations, residual = solve_zvector(products, chans, lag, tol)
+        zs, iterations, residual = solve_zvector(products, chans, lag, tol,
+                                                 stall=None if host is None else ZVECTOR_STALL)
     except ConvergenceError as err:
         # reduced-precision products near an unstable SCF (sim fp32x3 hydroxyl at --conv-tol 1e-10: a
         # near-singular orbital Hessian, 20 host fp64 products) can stall; the host's fp64 GEMMs of the same
         # blocks then solve it, and what-ran and a warning say so
-        host = products.on_host()
         if host is None:
             raise
         fallback = (f"the {products.describe().get('precision')} products on {products.describe().get('device')} "
