@@ -378,15 +378,15 @@ class NkiDevice(Device):
         p, nao, _ = ao.shape
         rows = self._bucket(("ao_to_mo", nao), p)                    # zero rows: the last, shorter block
         ao_planes = mode.split_operand(_pad_rows(ao, rows), axis=1, moving=False)   # grid per (P, μ) along ν
-        return self._transform(ao_planes, p, c_occ, c_vir, "ao_to_mo", mode, self.plan,
-                               self.kernels.ao_to_mo).astype(self.storage_dtype, copy=False)
+        return self._transform(ao_planes, p, c_occ, c_vir, "ao_to_mo", mode, self.plan, self.kernels.ao_to_mo)
 
     def _transform(self, ao_planes: tuple, p: int, c_occ, c_vir, stage: str, mode, plan, kernel) -> np.ndarray:
         """(p, no, nv) = C_occᵀ (P|μν) C_vir of the (padded) AO planes in device memory or from the host:
-        one launch per ≤ 512 occupied orbitals, the pairs of a compensated kernel added in fp64."""
+        one launch per ≤ 512 occupied orbitals, the pairs of a compensated kernel added in fp64 (``mode``'s
+        storage dtype)."""
         rows, nao = ao_planes[0].shape[0], ao_planes[0].shape[1]
         no, nv = c_occ.shape[1], c_vir.shape[1]
-        out = np.empty((p, no, nv), dtype=np.float64 if mode.compensated else np.float32)
+        out = np.empty((p, no, nv), dtype=mode.storage)
         cv_planes = mode.split_operand(c_vir, axis=0, moving=True)
         for i0 in range(0, no, MAX_BLOCK):             # one launch per ≤512 occupied orbitals
             i1 = min(no, i0 + MAX_BLOCK)
@@ -526,17 +526,14 @@ class NkiDevice(Device):
         for the SCF's tensor; the blocks come back to the host (fp64), which keeps them in the products'
         layouts on the device (:meth:`response_operand`)."""
         from ..kernels.batched_gemm import batched_gemm_x3
-        from ..kernels.resplit import resplit_x3
-        from ..precision import beta_for, fp32_pair
+        from ..precision import fp32_pair
 
         p, nao, _ = rows.shape
         padded = self._bucket(("zvector", nao), p)                   # zero rows: the last, shorter chunk
         hi, lo = fp32_pair(_pad_rows(rows, padded))
         self.launcher.keep(hi, lo)
-        planes = self.launcher.launch("zvector", resplit_x3, (hi.reshape(padded * nao, nao), lo.reshape(padded * nao, nao),
-                                                              beta_for(nao)), {"group": nao, "planes": 2}, stay=True)
+        planes = _split_by_mu(self.launcher, "zvector", hi, lo)       # the planes ao_to_mo would send
         self.launcher.drop(hi, lo)
-        planes = tuple(a.reshape(padded, nao, nao) for a in planes)   # grid per (P, μ) along ν, as ao_to_mo
         return [self._transform(planes, p, c, c, "zvector", _compensated(), self.plan_x3, batched_gemm_x3) for c in cs]
 
     def response_operand(self, a_t, moving=False):
@@ -658,6 +655,19 @@ def _pad_energies(e: np.ndarray, n: int) -> np.ndarray:
     return e if len(e) >= n else np.concatenate([e, -np.ones(n - len(e))])
 
 
+def _split_by_mu(launcher, stage: str, hi: np.ndarray, lo: np.ndarray) -> tuple:
+    """The stationary planes (hi, lo) of (p, nao, nao) rows sent as an fp32 pair (kept by the caller), made on
+    the chip by ``resplit_x3``: one grid per (P, ν) along μ (groups of nao of the (P, μ) rows), the split the
+    host's ``split_operand(rows, axis=1)`` makes; they stay in device memory."""
+    from ..kernels.resplit import resplit_x3
+    from ..precision import beta_for
+
+    p, nao, _ = hi.shape
+    planes = launcher.launch(stage, resplit_x3, (hi.reshape(p * nao, nao), lo.reshape(p * nao, nao), beta_for(nao)),
+                             {"group": nao, "planes": 2}, stay=True)
+    return tuple(a.reshape(p, nao, nao) for a in planes)
+
+
 def _compensated():
     from ..precision import get_precision
 
@@ -745,14 +755,12 @@ class _X3Block:
         rows, nao = self.rows, self.nao
         hi, lo = self.pair
         launcher.keep(hi, lo)                     # sent once for both launches
-        by_mu = launcher.launch("scf_jk", resplit_x3, (hi.reshape(rows * nao, nao), lo.reshape(rows * nao, nao),
-                                                       beta_for(nao)), {"group": nao, "planes": 2}, stay=True)
+        self.by_mu = _split_by_mu(launcher, "scf_jk", hi, lo)
         padded = -(-rows // J_X3_ROWS) * J_X3_ROWS
         flat = launcher.launch("scf_jk", resplit_x3, (hi.reshape(rows, nao * nao), lo.reshape(rows, nao * nao),
                                                       beta_for(J_X3_ROWS)), {"group": J_X3_ROWS, "rows_out": padded},
                                stay=True)
         launcher.drop(hi, lo)
-        self.by_mu = tuple(a.reshape(rows, nao, nao) for a in by_mu)
         self.by_p = tuple(tuple(a[r0:r0 + J_X3_ROWS] for a in flat) for r0 in range(0, rows, J_X3_ROWS))
         self.pair = None
         return self
