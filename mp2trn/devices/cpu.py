@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 from pyscf import lib
-from pyscf.ao2mo import _ao2mo
 from scipy.linalg import blas as scipy_blas
 
 from ..memory import prefaulted_empty
@@ -46,9 +45,9 @@ class CpuDevice(Device):
         self._clock = time.perf_counter
         # seconds and counted flops per stage and precision: the cost report's roofline (mp2trn.roofline)
         self._meter = StageMeter()
-        # integrals packed over μ ≥ ν (half the work) and PySCF's C transform on them, in fp64 for both
-        # precisions: faster than unpacking for fp32 GEMMs, and the transform is where fp32 loses most
-        # accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
+        # integrals packed over μ ≥ ν (half the integral work), unpacked a few rows at a time as the transform
+        # reads them (:meth:`_packed_ao_to_mo`), in fp64 for both precisions: the transform is where fp32 loses
+        # most accuracy; in fp32 the metric solve and the pair step (the O(N⁵) part) run in fp32
         self.ao_packed = True
 
     def describe(self) -> dict[str, Any]:
@@ -68,10 +67,7 @@ class CpuDevice(Device):
 
     def _ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
         if self.ao_packed:
-            no, nv = c_occ.shape[1], c_vir.shape[1]
-            coeff = np.asarray(np.hstack([c_occ, c_vir]), order="F")
-            out = _ao2mo.nr_e2(np.ascontiguousarray(ao), coeff, (0, no, no, no + nv), aosym="s2", mosym="s1")
-            return out.reshape(ao.shape[0], no, nv).astype(self._dtype, copy=False)
+            return self._packed_ao_to_mo(ao, c_occ, c_vir).astype(self._dtype, copy=False)
         p, nao, _ = ao.shape
         ao = ao.astype(self._dtype, copy=False)
         c_occ = np.asarray(c_occ, dtype=self._dtype)
@@ -81,6 +77,34 @@ class CpuDevice(Device):
         # (P|μν) is symmetric, so the transposed result is (P|iμ), made contiguous for one more big GEMM
         half = np.ascontiguousarray((ao.reshape(p * nao, nao) @ c_occ).reshape(p, nao, no).transpose(0, 2, 1))
         return (half.reshape(p * no, nao) @ c_vir).reshape(p, no, -1)
+
+    def _packed_ao_to_mo(self, ao: np.ndarray, c_occ: np.ndarray, c_vir: np.ndarray) -> np.ndarray:
+        """(P|ia) (p, no, nv) fp64 from packed rows ``ao`` (p, nao(nao+1)/2), μ ≥ ν.
+
+        The rows are split over the cores (:meth:`_over_cores`); each part unpacks a few rows at a time into
+        a buffer of its own (a few MB: still in cache for the GEMMs), takes C_occᵀ (P|μν) row by row (one
+        batched GEMM) and then one GEMM with C_vir over those rows. PySCF's ``_ao2mo.nr_e2`` on the packed
+        rows did the same per row with OpenMP: Inosine/cc-pVDZ's 3.3× slower
+        (``python scripts/bench_transform.py``)."""
+        p = ao.shape[0]
+        nao, no = c_occ.shape
+        nv = c_vir.shape[1]
+        ao = np.ascontiguousarray(ao, dtype=np.float64)
+        c_occ_t = np.ascontiguousarray(c_occ.T, dtype=np.float64)
+        c_vir = np.ascontiguousarray(c_vir, dtype=np.float64)
+        out = np.empty((p, no, nv))
+        chunk = max(1, int(_UNPACK_CHUNK_BYTES // (8 * nao * nao)))
+
+        def rows(_: int, r0: int, r1: int) -> None:
+            buf = np.empty((min(chunk, r1 - r0), nao, nao))
+            for q0 in range(r0, r1, chunk):
+                q1 = min(r1, q0 + chunk)
+                unpacked = lib.unpack_tril(ao[q0:q1], out=buf[: q1 - q0])
+                half = np.matmul(c_occ_t, unpacked)                       # (rows, no, nao) = Σ_μ C_μi (P|μν)
+                out[q0:q1] = (half.reshape(-1, nao) @ c_vir).reshape(q1 - q0, no, nv)
+
+        self._over_cores(np.ones(p), rows)
+        return out
 
     def metric_solve(self, l_chol: np.ndarray, v: np.ndarray) -> np.ndarray:
         t0 = time.perf_counter()
