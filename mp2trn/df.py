@@ -101,6 +101,14 @@ class DFIntegrals:
             yield int(loc[s0]), int(loc[s1]), ints.T
 
 
+def unpacked_integrals(pmol: gto.Mole, nbas: int, s0: int, s1: int) -> np.ndarray:
+    """(P|μν) for the fitting shells [s0, s1) of ``pmol`` (the orbital molecule's ``nbas`` shells first, then
+    the fitting basis') as (p, nao, nao), C-contiguous: computed for μ ≥ ν only (``s2ij``: about half of
+    libcint's work for all ordered pairs, ``s1``) and unpacked."""
+    packed = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1))
+    return lib.unpack_tril(packed.T)       # (npair, p) in Fortran order: (p, npair) rows in C order
+
+
 def reused_buffer(ranges: list[tuple[int, int]], loc: np.ndarray, per_row: int) -> np.ndarray:
     """One fp64 buffer for the largest of ``ranges`` (shell ranges over ``loc``) at ``per_row`` elements a
     function, faulted in once: a fresh array per block costs its first touch every time (the MP2 step's

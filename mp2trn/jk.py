@@ -191,6 +191,9 @@ class JKTensor:
         self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
         self.copy_left_out = False   # the last blocks made without the device's optional copy (no room)
         self.why = ""   # the memory plan's reason for resident or streamed (memory.plan_scf_tensor)
+        #: ``full`` is L⁻¹(Q|μν) with L the Cholesky factor of the metric, all rows (mp2trn's own build, one
+        #: rank): what the gradient's JK-fit pass can read instead of the integrals (mp2trn.grad.jk_terms)
+        self.by_cholesky = False
 
     def blocks(self, mode: Precision, device: Device):
         """Device blocks of the tensor for builds in ``mode``: kept when the tensor fits the budget, else
@@ -269,6 +272,7 @@ class JKTensor:
             full = cholesky_tensor(src.mol, src.auxmol, chunk_mb, packed=packed) if comm.size == 1 else \
                 cholesky_tensor_share(src.mol, src.auxmol, comm, chunk_mb, packed=packed)
             if full is not None:
+                self.by_cholesky = comm.size == 1
                 self.how = "built by mp2trn in the device layout" + \
                     (f", this rank's {full.shape[0]} of {src.auxmol.nao_nr()} rows" if comm.size > 1 else "")
                 return full
@@ -292,9 +296,13 @@ class JKTensor:
             p0 += len(b)
         return full
 
-    def release(self) -> None:
-        """Drop the rows, the device blocks and the streamed tensor's file."""
-        self.kept = self.full = None
+    def release(self, keep_rows: bool = False) -> None:
+        """Drop the rows (unless ``keep_rows``: the host rows stay, for the gradient's response), the device
+        blocks and the streamed tensor's file."""
+        self.kept = None
+        if not keep_rows:
+            self.full = None
+            self.by_cholesky = False
         if self.file:
             self.file.close()
         self.file = None
@@ -340,9 +348,10 @@ class DeviceJK(df.DF):
     def _label(self, mode: Precision) -> str:
         return mode.name if self._runs_on(mode) is self.device else f"{mode.name} (host cpu)"
 
-    def release(self) -> None:
-        """Free the device copy of the tensor (after the SCF) and the device when it is ours."""
-        self.tensor.release()
+    def release(self, keep_rows: bool = False) -> None:
+        """Free the device copy of the tensor (after the SCF; its host rows too unless ``keep_rows``) and the
+        device when it is ours."""
+        self.tensor.release(keep_rows)
         self.device.release_jk()
         if self.owns_device:
             self.device.close()

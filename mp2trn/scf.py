@@ -96,9 +96,9 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
             _canonical_orbitals(mf, last)
     finally:
         if isinstance(getattr(mf, "with_df", None), DeviceJK):
-            held = mf.with_df.tensor.full if keep_tensor else None
-            mf.with_df.release()  # the device copy of the tensor is not needed after the SCF
-            mf.with_df.tensor.full = held   # its host rows are, by the gradient's response, when asked
+            # the device copy of the tensor is not needed after the SCF; its host rows are, by the gradient's
+            # response, when asked
+            mf.with_df.release(keep_rows=keep_tensor)
     if not np.isfinite(mf.e_tot):
         raise NumericalError(f"the SCF energy is not finite ({mf.e_tot}); the geometry or basis is degenerate")
     return mf

@@ -27,8 +27,10 @@ def test_gradient_reusing_b_and_scf_tensor_equals_rebuilding(atom, multiplicity)
         rebuilt = gradient_kernel(mf, device, 2000.0, None, "auto", kept_b=None, reuse_scf_tensor=False)
     reused = result.what_ran["gradient_reused"]
     assert reused["B"] == "the energy's" and reused["jkfit_tensor"].startswith("the SCF's")
+    assert reused["jkfit_integrals"].startswith("the SCF's tensor")
     assert result.what_ran["scf_tensor_kept_mb"] > 0
     assert rebuilt.what_ran["gradient_reused"] == {"B": "built", "jkfit_tensor": "built again",
+                                                   "jkfit_integrals": "computed (3-index integrals)",
                                                    "B_on_device": "host memory (the device computes there)"}
     assert np.max(np.abs(result.gradient - rebuilt.gradient)) < 1e-10
     assert np.max(np.abs(result.densities.dm_relaxed - rebuilt.dm_relaxed)) < 1e-10
@@ -85,3 +87,37 @@ def test_response_products_from_an_unpacked_scf_tensor_equal_the_packed():
         assert np.max(np.abs(a - b)) < 1e-12
     for a, b in zip(*(p.zvector(zs) for p in products)):
         assert np.max(np.abs(a - b)) < 1e-12
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_jkfit_pass_from_the_scf_tensor_equals_the_integrals(packed):
+    """The JK-fit derivative pass reading the SCF's L⁻¹(Q|μν) (packed as the CPU keeps it, unpacked as the
+    accelerators do) for its first half gives the two-electron gradient of the pass that computes the
+    3-index integrals, to 1e-11 (UHF hydroxyl, a made-up relaxed correction), and releases the tensor."""
+    from pyscf import gto, lib, scf
+
+    from mp2trn.df import cholesky_tensor
+    from mp2trn.grad.jk_terms import two_electron_gradient
+    from mp2trn.grad.orbitals import channels
+    from mp2trn.orbitals import select_frozen
+
+    mol = gto.M(atom=HYDROXYL, basis="cc-pvdz", spin=1, verbose=0)
+    mf = scf.UHF(mol).density_fit(auxbasis="cc-pvdz-jkfit").run()
+    chans = channels(mf, select_frozen(mf, None))
+    rng = np.random.default_rng(3)
+    p_spin = [(lambda m: 0.01 * (m + m.T))(rng.normal(size=(mol.nao, mol.nao))) for _ in chans]
+    tensor = cholesky_tensor(mol, mf.with_df.auxmol, packed=True)
+
+    class Held:
+        full = tensor if packed else lib.unpack_tril(tensor)
+        released = False
+
+        def release(self):
+            self.full, self.released = None, True
+
+    held = Held()
+    from_tensor = two_electron_gradient(mf, chans, p_spin, 40, scf_tensor=held)
+    from_integrals = two_electron_gradient(mf, chans, p_spin, 40)
+    assert held.released and held.full is None
+    assert np.max(np.abs(from_tensor - from_integrals)) < 1e-11
+    assert np.max(np.abs(from_integrals)) > 1e-3

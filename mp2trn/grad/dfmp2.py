@@ -168,14 +168,21 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     zvector = {**products.describe(), "iterations": resp.iterations, "residual": resp.residual,
                **({"fallback": resp.fallback} if resp.fallback else {})}
     del products
-    release_scf_tensor(mf)      # the J/K builds' tensor is not needed past the response
+    # the J/K builds' tensor is not needed past the response, but for the JK-fit pass's first half where it
+    # is L⁻¹(Q|μν) whole (that pass frees it when done with it)
+    held = cholesky_scf_tensor(mf) if derivatives and reuse_scf_tensor else None
+    if held is None:
+        release_scf_tensor(mf)
+    reused["jkfit_integrals"] = ("the SCF's tensor L⁻¹(Q|μν) (ρ and (Q|iμ) read from it)" if held is not None
+                                 else "computed (3-index integrals)") if derivatives else "not needed"
     timings["gradient_response"] = time.perf_counter() - t0
     terms: dict[str, np.ndarray] = {}
     gradient = None
     if derivatives:
         t0 = time.perf_counter()
         terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
-                                  plan.jk_half_incore)
+                                  plan.jk_half_incore, held)
+        del held
         timings["gradient_integrals"] = time.perf_counter() - t0
         terms["mp2_ri_3c"] = de_3c
         terms["mp2_ri_metric"] = de_metric
@@ -232,6 +239,15 @@ def scf_tensor(mf) -> np.ndarray | None:
     for tensor in held + [with_df._cderi]:   # PySCF's own, in memory (not its HDF5 file's name)
         if isinstance(tensor, np.ndarray) and tensor.shape[0] == naux:
             return tensor
+    return None
+
+
+def cholesky_scf_tensor(mf):
+    """The SCF J/K stage's tensor (:class:`mp2trn.jk.JKTensor`) when it holds L⁻¹(Q|μν) with L the metric's
+    Cholesky factor, every row in memory (mp2trn's own build, one rank), else None."""
+    from ..jk import DeviceJK
+    if isinstance(mf.with_df, DeviceJK) and mf.with_df.tensor.by_cholesky and mf.with_df.tensor.full is not None:
+        return mf.with_df.tensor
     return None
 
 
@@ -303,11 +319,12 @@ def _jk_where(mf) -> str:
 
 def _derivative_terms(mf, chans: list[SpinOrbitals], p_mo: list[np.ndarray], w_mo: list[np.ndarray],
                       aux_block: int, comm: Comm | None = None, columns: int | None = None,
-                      half_incore: bool = True) -> dict[str, np.ndarray]:
+                      half_incore: bool = True, held=None) -> dict[str, np.ndarray]:
     """Every term through the SCF's integrals, for the SCF density plus the MP2 correction ``p_mo`` and
     the SCF's plus the MP2 energy-weighted density ``w_mo`` (MO bases, per channel; zero matrices give
     the SCF gradient alone): nuclear repulsion, Σ (D + P)·h^R − Σ (W_SCF + W)·S^R and the JK-fit
-    two-electron terms (:mod:`.jk_terms`)."""
+    two-electron terms (:mod:`.jk_terms`). ``held``: the SCF's tensor (:func:`cholesky_scf_tensor`), which
+    the JK-fit pass reads instead of the 3-index integrals and then releases."""
     mol = mf.mol
     with quiet_pyscf():
         mf_grad = mf.nuc_grad_method()
@@ -322,7 +339,7 @@ def _derivative_terms(mf, chans: list[SpinOrbitals], p_mo: list[np.ndarray], w_m
         de_1e[atom] = np.einsum("xij,ij->x", hcore_deriv(atom), dm) \
             - 2.0 * np.einsum("xij,ij->x", s1[:, p0:p1], w_ao[p0:p1])
     return {"nuclear": np.asarray(mf_grad.grad_nuc()), "one_electron": de_1e,
-            "two_electron_jk": two_electron_gradient(mf, chans, p_spin, aux_block, comm, columns, half_incore)}
+            "two_electron_jk": two_electron_gradient(mf, chans, p_spin, aux_block, comm, columns, half_incore, held)}
 
 
 def scf_gradient(mf, max_memory: float) -> np.ndarray:

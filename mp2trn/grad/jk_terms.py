@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
-from pyscf import gto
+from pyscf import lib
 
-from ..df import _shell_ranges
+from ..df import _shell_ranges, unpacked_integrals
 from ..memory import SpinShape
 from ..parallel import Comm
 from ..scratch import check_stopped
@@ -31,14 +31,21 @@ from .ri import _per_atom, contract_3c_derivatives, metric_gradient
 
 def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,
                           comm: Comm | None = None, columns: int | None = None,
-                          half_incore: bool = True) -> np.ndarray:
+                          half_incore: bool = True, scf_tensor=None) -> np.ndarray:
     """(natm, 3) Eh/bohr: the derivative of ½D·J[D] − ½Σ_σ D^σ·K[D^σ] + Σ_σ P^σ·G^σ[D] through the JK-fit
     integrals (orbital and fitting-function centres). p_spin: one AO matrix per channel (per spin).
 
     Blocks: ``aux_block`` JK-fit functions per integral block; A = (P|iμ) per channel (naux, nocc·nao) in
     memory or, without ``half_incore``, in an HDF5 file of the scratch directory, solved with the metric
     ``columns`` occupied orbitals at a time (None: all) and overwritten by c. ``comm``: the
-    derivative-integral blocks are shared over its ranks (the result, all-reduced, is the same on every rank)."""
+    derivative-integral blocks are shared over its ranks (the result, all-reduced, is the same on every rank).
+
+    ``scf_tensor``: the SCF's own tensor (:class:`mp2trn.jk.JKTensor`) whose ``full`` rows are
+    B = L⁻¹(Q|μν), every row, packed (naux, nao(nao+1)/2) or unpacked, with L the lower Cholesky factor of
+    the metric (:func:`mp2trn.df.cholesky_tensor`). The first pass then reads B instead of computing the
+    3-index integrals again: ρ and A come out as L⁻¹ρ and L⁻¹A, and V⁻¹ of them is one triangular solve
+    with Lᵀ where the integrals' needs two. Its ``release()`` frees the tensor once the first pass is done
+    with it, before the derivative integrals' blocks (no caller holds the rows themselves)."""
     comm = comm or Comm()
     mol = mf.mol
     auxmol = mf.with_df.auxmol
@@ -53,13 +60,20 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
     d_tot = sum(ch.weight * d for ch, d in zip(chans, d_spin))
     z_tot = sum(ch.weight * z for ch, z in zip(chans, z_spin))
     shapes = [SpinShape(o.shape[1], nao) for o in occ]      # (naux, nocc·nao): A[P, i·nao + μ]
+    scf_rows = None if scf_tensor is None else scf_tensor.full
+    if scf_rows is not None:      # ρ and A of L⁻¹(Q|μν): V⁻¹ = L⁻ᵀL⁻¹ needs only L⁻ᵀ more
+        def fitted(x: np.ndarray) -> np.ndarray:
+            return scipy.linalg.solve_triangular(chol[0], x, lower=True, trans="T", check_finite=False)
+    else:
+        def fitted(x: np.ndarray) -> np.ndarray:
+            return scipy.linalg.cho_solve(chol, x, check_finite=False)
     with BStore(naux, shapes, np.float64, half_incore) as half, \
             scratch_writes("the JK-fit pass's (P|iμ)", naux * nao * sum(o.shape[1] for o in occ) * 8):
-        # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|iμ) per channel
+        # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|iμ) per channel (each L⁻¹ of it with scf_rows)
         rho_d, rho_z = np.zeros(naux), np.zeros(naux)
         for s0, s1 in blocks:
             p0, p1 = int(loc[s0]), int(loc[s1])
-            ao = pmol.intor("int3c2e", aosym="s1", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1)).T  # (p, ν, μ)
+            ao = unpacked_integrals(pmol, nbas, s0, s1) if scf_rows is None else _unpacked(scf_rows[p0:p1])
             flat = ao.reshape(p1 - p0, -1)
             rho_d[p0:p1] = flat @ d_tot.ravel()
             rho_z[p0:p1] = flat @ z_tot.ravel()
@@ -67,8 +81,11 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
                 arr[p0:p1] = np.matmul(o.T, ao).reshape(p1 - p0, -1)                 # Σ_ν C_νi (P|νμ)
             del ao, flat
             check_stopped()
-        a = scipy.linalg.cho_solve(chol, rho_z)      # V⁻¹ρ[Z]
-        b = scipy.linalg.cho_solve(chol, rho_d)      # V⁻¹ρ[D]
+        scf_rows = None
+        if scf_tensor is not None:
+            scf_tensor.release()
+        a = fitted(rho_z)      # V⁻¹ρ[Z]
+        b = fitted(rho_d)      # V⁻¹ρ[D]
         gamma = 0.5 * (np.outer(b, a) + np.outer(a, b))
         # d = V⁻¹A and c_P,iμ = Σ_ν Z_μν d_P,iν, a block of occupied orbitals at a time; c replaces A
         for ch, arr, z, o in zip(chans, half.arrays, z_spin, occ):
@@ -76,7 +93,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             step = max(1, columns or o.shape[1])
             for i0 in range(0, o.shape[1], step):
                 cols = slice(i0 * nao, min(o.shape[1], i0 + step) * nao)
-                d = scipy.linalg.cho_solve(chol, np.asarray(arr[:, cols]))
+                d = fitted(np.asarray(arr[:, cols]))
                 c = (d.reshape(-1, nao) @ z).reshape(naux, -1)
                 dc += d @ c.T
                 del d
@@ -99,6 +116,11 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
     return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
+
+
+def _unpacked(rows: np.ndarray) -> np.ndarray:
+    """Tensor rows as (p, nao, nao): packed ones unpacked, unpacked ones as they are."""
+    return lib.unpack_tril(rows) if rows.ndim == 2 else rows
 
 
 def _sym(m: np.ndarray) -> np.ndarray:

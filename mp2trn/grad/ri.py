@@ -23,7 +23,7 @@ from pyscf import gto
 
 from ..devices import Device
 from ..devices.cpu import CpuDevice
-from ..df import DFIntegrals, _shell_ranges
+from ..df import DFIntegrals, _shell_ranges, unpacked_integrals
 from ..scratch import check_stopped
 from ..transform import BStore
 from ..orbitals import SpinOrbitals
@@ -115,7 +115,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     for s0, s1 in _shell_ranges(loc, aux_block):
         p0, p1 = int(loc[s0]), int(loc[s1])
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
-        ao = pmol.intor("int3c2e", aosym="s1", shls_slice=shls).T          # (p, nao, nao) (symmetric in μν)
+        ao = unpacked_integrals(pmol, nbas, s0, s1)                        # (p, nao, nao) (symmetric in μν)
         p = p1 - p0
         ao_rows = np.ascontiguousarray(ao.transpose(1, 0, 2)).reshape(nao, p * nao)   # (μ, (P, ν))
         del ao
