@@ -138,7 +138,8 @@ def _rates_note(cost: dict[str, Any]) -> str:
     load = rates.get("load_average")
     return (f"this machine's DGEMM {rates.get('fp64_gflops', 0):.0f}, SGEMM {rates.get('fp32_gflops', 0):.0f} GFLOP/s "
             f"({rates.get('n')}³ GEMM measured {rates.get('measured')}"
-            + (f" at load average {load:.1f}" if load is not None else "") + f"; cached in {rates.get('cache')})")
+            + (f" at load average {load:.1f}" if load is not None else "") + f"; cached in {rates.get('cache')}"
+            + (f"; measured again: {rates['remeasured']}" if rates.get("remeasured") else "") + ")")
 
 
 def _roofline_table(cost: dict[str, Any]) -> Table:

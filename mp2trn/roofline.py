@@ -8,7 +8,10 @@ cache directory (``$XDG_CACHE_HOME/mp2trn/gemm_rates.json``, else ``~/.cache/mp2
 model, the BLAS library and its thread count, so the first run on a machine pays about a second and
 later runs read the file. A rate measured while the machine was busy is low, and the shares then high:
 the cache records the load average at the measurement, and :func:`gemm_rates` ``(refresh=True)`` (or
-deleting the file) measures again.
+deleting the file) measures again. A new measurement keeps the higher of the old and new rate per precision
+(load only ever slows the timed GEMM), and a report whose stage ran faster than the cached rate — a share
+above 1, which says the cached rate was taken on a busy machine — measures again before it is made
+(:meth:`StageMeter.report`), so such a cache mends itself on the next run that notices it.
 
 Counted arithmetic per stage (flops; elementwise work, unpacking and copies not counted, so that their
 time shows as a lower share): SCF J/K per block of p rows: Z = Cᵀ B_P 2·p·nao²·n, the exchange syrk
@@ -89,7 +92,9 @@ def gemm_rates(refresh: bool = False) -> dict[str, Any]:
     cached = _read_cache(path)
     entry = cached.get("machines", {}).get(key)
     if entry is None or refresh:
-        entry = {"fp64": measure_gemm_rate(np.float64), "fp32": measure_gemm_rate(np.float32), "n": GEMM_N,
+        old = entry if entry is not None and entry.get("n") == GEMM_N else {}
+        entry = {"fp64": max(measure_gemm_rate(np.float64), old.get("fp64", 0.0)),
+                 "fp32": max(measure_gemm_rate(np.float32), old.get("fp32", 0.0)), "n": GEMM_N,
                  "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
         machines = {**cached.get("machines", {}), key: entry}
@@ -136,7 +141,18 @@ class StageMeter:
                 stages[(stage, precision)] = (seconds - s0, flops - f0, calls - c0)
         if not stages:
             return None
-        return roofline_report(stages, rates if rates is not None else gemm_rates())
+        if rates is None:
+            rates = gemm_rates()
+            if any(_faster_than(rates, precision, seconds, flops)
+                   for (_, precision), (seconds, flops, _) in stages.items()):
+                rates = {**gemm_rates(refresh=True), "remeasured": "a stage ran faster than the cached rate"}
+        return roofline_report(stages, rates)
+
+
+def _faster_than(rates: dict[str, Any], precision: str, seconds: float, flops: float) -> bool:
+    """Whether a stage's achieved rate exceeds the GEMM rate of its precision in ``rates``."""
+    peak = rates["fp32"] if precision == "fp32" else rates["fp64"]
+    return seconds > 0 and flops / seconds / 1e9 > peak
 
 
 def roofline_report(stages: dict[tuple[str, str], tuple[float, float, int]], rates: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +162,8 @@ def roofline_report(stages: dict[tuple[str, str], tuple[float, float, int]], rat
         "kind": "roofline",
         "gemm_rates": {"fp64_gflops": rates["fp64"], "fp32_gflops": rates["fp32"], "n": rates.get("n"),
                        "measured": rates.get("measured"), "load_average": rates.get("load_average"),
-                       "machine": rates.get("key"), "cache": rates.get("cache")},
+                       "machine": rates.get("key"), "cache": rates.get("cache"),
+                       **({"remeasured": rates["remeasured"]} if "remeasured" in rates else {})},
         "counted": ("GEMM-like arithmetic only (mp2trn.roofline); unpacking, copies and elementwise work "
                     "lower the share"),
         "stages": {},

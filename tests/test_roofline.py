@@ -112,3 +112,22 @@ def test_roofline_report_is_rendered(cache_dir):
     assert any("pairs (fp64)" in line and "50% of DGEMM" in line for line in lines)
     assert any("SCF J/K (fp32)" in line and "75% of SGEMM" in line for line in lines)
     assert cost_table(cost).row_count == 2
+
+
+def test_a_busy_machines_cached_rate_is_measured_again_and_only_raised(cache_dir, monkeypatch):
+    """A cached rate below what a stage achieved (taken while the machine was busy) is measured again before
+    the report; a new measurement keeps the higher rate per precision; the report says it re-measured."""
+    path = _fake_rates(cache_dir, fp64=10.0, fp32=400.0)
+    measured = {"float64": 90.0, "float32": 150.0}
+    monkeypatch.setattr(roofline, "measure_gemm_rate", lambda dtype: measured[np.dtype(dtype).name])
+    meter = roofline.StageMeter()
+    meter.add("pairs", "fp64", 1.0, 50e9)                 # 50 GFLOP/s against a cached DGEMM of 10
+    report = meter.report()
+    rates = json.loads(path.read_text())["machines"][roofline.machine_key()]
+    assert rates["fp64"] == 90.0 and rates["fp32"] == 400.0          # fp32: the old, higher rate stays
+    assert report["gemm_rates"]["fp64_gflops"] == 90.0 and "remeasured" in report["gemm_rates"]
+    assert report["stages"]["pairs:fp64"]["share_of_gemm"] == pytest.approx(50 / 90)
+    slower = roofline.StageMeter()
+    slower.add("pairs", "fp64", 1.0, 20e9)                # below the rate: the cache is read, not measured
+    monkeypatch.setattr(roofline, "measure_gemm_rate", lambda dtype: pytest.fail("measured again"))
+    assert "remeasured" not in slower.report()["gemm_rates"]
