@@ -84,7 +84,7 @@ class CpuDevice(Device):
         The rows are split over the cores (:meth:`_over_cores`); each part unpacks a few rows at a time into
         a buffer of its own (a few MB: still in cache for the GEMMs), takes C_occᵀ (P|μν) row by row (one
         batched GEMM) and then one GEMM with C_vir over those rows. PySCF's ``_ao2mo.nr_e2`` on the packed
-        rows did the same per row with OpenMP: Inosine/cc-pVDZ's 3.3× slower
+        rows did the same per row with OpenMP: 2.8–3.0× slower on Inosine/cc-pVDZ
         (``python scripts/bench_transform.py``)."""
         p = ao.shape[0]
         nao, no = c_occ.shape
