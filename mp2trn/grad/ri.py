@@ -117,22 +117,23 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
         ao = unpacked_integrals(pmol, nbas, s0, s1)                        # (p, nao, nao) (symmetric in μν)
         p = p1 - p0
-        ao_rows = np.ascontiguousarray(ao.transpose(1, 0, 2)).reshape(nao, p * nao)   # (μ, (P, ν))
-        del ao
+        # ((P, ν), μ) = (P|νμ) = (P|μν): its transpose is the (μ, (P, ν)) operand, a view (no copy)
+        ao_flat = ao.reshape(p * nao, nao)
         g_ao = np.zeros((p, nao, nao)) if derivatives else None
         for ch, x, g_store, c_o_kept in zip(channels, xs, gamma.arrays, occupied or [None] * len(channels)):
             g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p, ch.nact, ch.nvir)
             c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
-            half_o = g @ c_v.T                                            # (P, i, ν) = Σ_a Γ C_νa
-            half_v = np.swapaxes(g, 1, 2) @ c_o.T                          # (P, a, ν) = Σ_i Γ C_νi
-            # Σ_Pν (P|μν) half[P, ·, ν]: one GEMM over the (P, ν) rows each
-            x[:, ch.act] += ch.c.T @ (ao_rows @ np.ascontiguousarray(half_o.transpose(0, 2, 1)).reshape(p * nao, -1))
-            x[:, ch.vir] += ch.c.T @ (ao_rows @ np.ascontiguousarray(half_v.transpose(0, 2, 1)).reshape(p * nao, -1))
+            half_o = np.matmul(c_v, np.swapaxes(g, 1, 2))                  # (P, ν, i) = Σ_a C_νa Γ^P_ia
+            half_v = np.matmul(c_o, g)                                    # (P, ν, a) = Σ_i C_νi Γ^P_ia
+            # Σ_Pν (P|μν) half[P, ν, ·]: one GEMM over the (P, ν) rows each
+            x[:, ch.act] += ch.c.T @ (ao_flat.T @ half_o.reshape(p * nao, -1))
+            x[:, ch.vir] += ch.c.T @ (ao_flat.T @ half_v.reshape(p * nao, -1))
+            del half_v
             if derivatives:                                               # (μ, (P, ν)) = Σ_i C_μi Γ^P_iν
-                rows = np.ascontiguousarray(half_o.transpose(1, 0, 2)).reshape(ch.nact, p * nao)
+                rows = np.ascontiguousarray(half_o.transpose(2, 0, 1)).reshape(ch.nact, p * nao)
                 back = device.response_gemm(c_o_kept, rows, "grad_gamma").reshape(nao, p, nao)
                 g_ao += ch.weight * back.transpose(1, 0, 2)
-        del ao_rows
+        del ao, ao_flat
         if not derivatives:
             continue
         contract_3c_derivatives(pmol, shls, g_ao, per_ao, per_aux[p0:p1])
