@@ -90,23 +90,40 @@ class DFIntegrals:
         pmol = mol + auxmol
         loc = auxmol.ao_loc_nr()
         nbas, nao = mol.nbas, mol.nao_nr()
-        aosym = "s2ij" if packed else "s1"
         per_aux = nao * (nao + 1) // 2 if packed else nao * nao
         ranges = list(_shell_ranges(loc, max_functions, *(shells or ())))
         bufs = [reused_buffer(ranges, loc, per_aux) for _ in range(max(1, buffers))]
         for k, (s0, s1) in enumerate(ranges):
-            ints = pmol.intor("int3c2e", aosym=aosym, shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1),
-                              out=bufs[k % len(bufs)])
-            # PySCF returns (nao, nao, p) / (npair, p) in Fortran order, i.e. (p, ...) in C order
+            buf = bufs[k % len(bufs)]
+            if not packed:   # μ ≥ ν computed and unpacked into the buffer (half the integrals of all pairs)
+                yield int(loc[s0]), int(loc[s1]), unpacked_integrals(pmol, nbas, s0, s1, out=buf)
+                continue
+            ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1), out=buf)
+            # PySCF returns (npair, p) in Fortran order, i.e. (p, npair) in C order
             yield int(loc[s0]), int(loc[s1]), ints.T
 
 
-def unpacked_integrals(pmol: gto.Mole, nbas: int, s0: int, s1: int) -> np.ndarray:
+def unpacked_integrals(pmol: gto.Mole, nbas: int, s0: int, s1: int, out: np.ndarray | None = None) -> np.ndarray:
     """(P|μν) for the fitting shells [s0, s1) of ``pmol`` (the orbital molecule's ``nbas`` shells first, then
-    the fitting basis') as (p, nao, nao), C-contiguous: computed for μ ≥ ν only (``s2ij``: about half of
-    libcint's work for all ordered pairs, ``s1``) and unpacked."""
-    packed = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1))
-    return lib.unpack_tril(packed.T)       # (npair, p) in Fortran order: (p, npair) rows in C order
+    the fitting basis') as (p, nao, nao), C-contiguous, in ``out`` (a buffer of at least p·nao² fp64) when
+    given: computed for μ ≥ ν only (``s2ij``, about half of libcint's work for all ordered pairs, ``s1``)
+    and unpacked, a quarter of the block's functions (at most 64, at least one shell) per libcint call, so
+    that the packed integrals beside the block stay an eighth of it. A one-shell block is computed ``s1``."""
+    loc = pmol.ao_loc_nr()
+    nao = int(loc[nbas])
+    aux_loc = loc[nbas:] - nao
+    p0, p1 = int(aux_loc[s0]), int(aux_loc[s1])
+    size = (p1 - p0) * nao * nao
+    block = (np.empty(size) if out is None else out.reshape(-1)[:size]).reshape(p1 - p0, nao, nao)
+    if s1 - s0 == 1:
+        ints = pmol.intor("int3c2e", aosym="s1", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1),
+                          out=block)
+        return ints.T                      # (nao, nao, p) in Fortran order: (p, nao, nao) in C order, in block
+    for t0, t1 in _shell_ranges(aux_loc, max(1, min(64, (p1 - p0) // 4)), s0, s1):
+        packed = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(0, nbas, 0, nbas, nbas + t0, nbas + t1))
+        # (npair, q) in Fortran order: (q, npair) rows in C order
+        lib.unpack_tril(packed.T, out=block[aux_loc[t0] - p0 : aux_loc[t1] - p0])
+    return block
 
 
 def reused_buffer(ranges: list[tuple[int, int]], loc: np.ndarray, per_row: int) -> np.ndarray:
