@@ -108,7 +108,8 @@ def unpacked_integrals(pmol: gto.Mole, nbas: int, s0: int, s1: int, out: np.ndar
     the fitting basis') as (p, nao, nao), C-contiguous, in ``out`` (a buffer of at least p·nao² fp64) when
     given: computed for μ ≥ ν only (``s2ij``, about half of libcint's work for all ordered pairs, ``s1``)
     and unpacked, a quarter of the block's functions (at most 64, at least one shell) per libcint call, so
-    that the packed integrals beside the block stay an eighth of it. A one-shell block is computed ``s1``."""
+    that the packed integrals beside the block stay an eighth of it (up to a quarter where one shell holds
+    more than a quarter of the block's functions). A one-shell block is computed ``s1``, straight into place."""
     loc = pmol.ao_loc_nr()
     nao = int(loc[nbas])
     aux_loc = loc[nbas:] - nao

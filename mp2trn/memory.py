@@ -416,8 +416,8 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     metric_cols = max(1, int((free - metric_work) // (4 * naux * f8)))
     stage["metric_density"] = stores + small + metric_work + min(metric_cols, naux * nact * nvir) * 4 * naux * f8
 
-    # 3. the fitting-basis pass (B is closed by then): integrals, their rows, the AO 2PDM, its symmetrised copy,
-    # three derivative components, the block's Γ rows and their half-transforms
+    # 3. the fitting-basis pass (B is closed by then): integrals (and their packed part as computed), the AO 2PDM,
+    # its symmetrised copy, three derivative components, the block's Γ rows and their half-transforms
     per_aux = (8 * nao * nao + 4 * nmo * nao + nact * nvir) * f8
     free_ri = avail - small - (g_bytes if incore else 0.0)
     ri_block = int(free_ri // per_aux) if free_ri > 0 else 0

@@ -9,9 +9,11 @@ model, the BLAS library and its thread count, so the first run on a machine pays
 later runs read the file. A rate measured while the machine was busy is low, and the shares then high:
 the cache records the load average at the measurement, and :func:`gemm_rates` ``(refresh=True)`` (or
 deleting the file) measures again. A new measurement keeps the higher of the old and new rate per precision
-(load only ever slows the timed GEMM), and a report whose stage ran faster than the cached rate — a share
-above 1, which says the cached rate was taken on a busy machine — measures again before it is made
-(:meth:`StageMeter.report`), so such a cache mends itself on the next run that notices it.
+(load only ever slows the timed GEMM; the key names the CPU model, the BLAS and its threads, so another
+machine has an entry of its own), and a report whose stage ran faster than the cached rate — a share above
+1, which says the cached rate was taken on a busy machine — measures again before it is made
+(:meth:`StageMeter.report`), once per entry: a stage that beats even an idle square GEMM (a small fp32
+GEMM can) then reports its share above 1 instead of measuring at every run.
 
 Counted arithmetic per stage (flops; elementwise work, unpacking and copies not counted, so that their
 time shows as a lower share): SCF J/K per block of p rows: Z = Cᵀ B_P 2·p·nao²·n, the exchange syrk
@@ -87,7 +89,9 @@ def measure_gemm_rate(dtype, n: int = GEMM_N, repeats: int = _REPEATS, clock=tim
 
 def gemm_rates(refresh: bool = False) -> dict[str, Any]:
     """This machine's DGEMM and SGEMM rates: {"fp64": GFLOP/s, "fp32": GFLOP/s, "key", "measured" (UTC),
-    "load_average", "n", "cache"}; read from the cache, else measured now and added to it (atomically)."""
+    "load_average", "n", "cache"}; read from the cache, else measured now and added to it (atomically).
+    ``refresh`` measures again and keeps, per precision, the higher of that and the cached rate; the entry
+    then says it was measured again after a stage beat it (``remeasured``)."""
     path, key = cache_path(), machine_key()
     cached = _read_cache(path)
     entry = cached.get("machines", {}).get(key)
@@ -96,7 +100,8 @@ def gemm_rates(refresh: bool = False) -> dict[str, Any]:
         entry = {"fp64": max(measure_gemm_rate(np.float64), old.get("fp64", 0.0)),
                  "fp32": max(measure_gemm_rate(np.float32), old.get("fp32", 0.0)), "n": GEMM_N,
                  "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+                 "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                 **({"remeasured": True} if old else {})}
         machines = {**cached.get("machines", {}), key: entry}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,8 +148,8 @@ class StageMeter:
             return None
         if rates is None:
             rates = gemm_rates()
-            if any(_faster_than(rates, precision, seconds, flops)
-                   for (_, precision), (seconds, flops, _) in stages.items()):
+            if not rates.get("remeasured") and any(_faster_than(rates, precision, seconds, flops)
+                                                   for (_, precision), (seconds, flops, _) in stages.items()):
                 rates = {**gemm_rates(refresh=True), "remeasured": "a stage ran faster than the cached rate"}
         return roofline_report(stages, rates)
 
@@ -163,7 +168,7 @@ def roofline_report(stages: dict[tuple[str, str], tuple[float, float, int]], rat
         "gemm_rates": {"fp64_gflops": rates["fp64"], "fp32_gflops": rates["fp32"], "n": rates.get("n"),
                        "measured": rates.get("measured"), "load_average": rates.get("load_average"),
                        "machine": rates.get("key"), "cache": rates.get("cache"),
-                       **({"remeasured": rates["remeasured"]} if "remeasured" in rates else {})},
+                       **({"remeasured": rates["remeasured"]} if isinstance(rates.get("remeasured"), str) else {})},
         "counted": ("GEMM-like arithmetic only (mp2trn.roofline); unpacking, copies and elementwise work "
                     "lower the share"),
         "stages": {},

@@ -141,11 +141,12 @@ def test_one_device_builds_a_larger_then_a_smaller_molecule():
 @pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("precision", ["fp64", "fp32"])
 def test_packed_transform_matches_the_textbook(precision, parts, monkeypatch):
-    """The cpu device's AO→MO transform of packed (P|μν) rows (split over ``parts``, a few rows unpacked at a
-    time) equals Σ_μν C_μi (P|μν) C_νa of the unpacked rows (fp64 to 1e-12; fp32: its storage's rounding)."""
+    """The cpu device's AO→MO transform of packed (P|μν) rows (split over ``parts``, two rows unpacked at a
+    time, so that each part runs several chunks, the last a short one) equals Σ_μν C_μi (P|μν) C_νa of the unpacked rows (fp64 to 1e-12; fp32: its storage's rounding)."""
     import mp2trn.devices.cpu
 
     monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: parts)
+    monkeypatch.setattr(mp2trn.devices.cpu, "_UNPACK_CHUNK_BYTES", 2 * 11 * 11 * 8)   # 2 rows a chunk
     rng = np.random.default_rng(7)
     nao, naux, no, nv = 11, 9, 3, 6
     full = rng.standard_normal((naux, nao, nao))

@@ -121,3 +121,27 @@ def test_jkfit_pass_from_the_scf_tensor_equals_the_integrals(packed):
     assert held.released and held.full is None
     assert np.max(np.abs(from_tensor - from_integrals)) < 1e-11
     assert np.max(np.abs(from_integrals)) > 1e-3
+
+
+def test_only_mp2trns_own_cholesky_tensor_is_read_by_the_jkfit_pass():
+    """The JK-fit pass reads the SCF's tensor only where it is L⁻¹(Q|μν) with the metric's Cholesky factor,
+    every row: mp2trn's own build, not PySCF's ``_cderi`` (which may be eigen-decomposed); a full release
+    (and not ``keep_rows``) forgets it."""
+    from pyscf import gto, scf
+
+    from mp2trn.grad.dfmp2 import cholesky_scf_tensor
+    from mp2trn.jk import density_fit_jk
+
+    mol = gto.M(atom=WATER, basis="cc-pvdz", verbose=0)
+    own = density_fit_jk(scf.RHF(mol).density_fit(auxbasis="cc-pvdz-jkfit"), "cpu")
+    own.kernel()
+    assert own.with_df.tensor.how.startswith("built by mp2trn") and cholesky_scf_tensor(own) is own.with_df.tensor
+    own.with_df.release(keep_rows=True)
+    assert cholesky_scf_tensor(own) is own.with_df.tensor and own.with_df.tensor.kept is None
+    own.with_df.release()
+    assert cholesky_scf_tensor(own) is None and not own.with_df.tensor.by_cholesky
+    theirs = scf.RHF(mol).density_fit(auxbasis="cc-pvdz-jkfit")
+    theirs.with_df.build()
+    theirs = density_fit_jk(theirs, "cpu")
+    theirs.kernel()
+    assert theirs.with_df.tensor.full is not None and cholesky_scf_tensor(theirs) is None

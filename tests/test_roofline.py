@@ -131,3 +131,6 @@ def test_a_busy_machines_cached_rate_is_measured_again_and_only_raised(cache_dir
     slower.add("pairs", "fp64", 1.0, 20e9)                # below the rate: the cache is read, not measured
     monkeypatch.setattr(roofline, "measure_gemm_rate", lambda dtype: pytest.fail("measured again"))
     assert "remeasured" not in slower.report()["gemm_rates"]
+    faster = roofline.StageMeter()
+    faster.add("pairs", "fp64", 1.0, 120e9)               # beats even the re-measured rate: once per entry
+    assert faster.report()["stages"]["pairs:fp64"]["share_of_gemm"] == pytest.approx(120 / 90)

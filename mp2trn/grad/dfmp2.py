@@ -161,7 +161,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         timings["gradient_ri"] = time.perf_counter() - t0
     del dfi, gam
     t0 = time.perf_counter()
-    products, reused["jkfit_tensor"] = _response_products(mf, chans, plan, reuse_scf_tensor, device)
+    products, reused["jkfit_tensor"], from_scf = _response_products(mf, chans, plan, reuse_scf_tensor, device)
     resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian) if orbs is mf else \
         rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
     fast = isinstance(products, ResponseJK)
@@ -169,10 +169,13 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                **({"fallback": resp.fallback} if resp.fallback else {})}
     del products
     # the J/K builds' tensor is not needed past the response, but for the JK-fit pass's first half where it
-    # is L⁻¹(Q|μν) whole (that pass frees it when done with it)
-    held = cholesky_scf_tensor(mf) if derivatives and reuse_scf_tensor else None
+    # is L⁻¹(Q|μν) whole and the response's MO blocks came from it: then the plan held it beside everything
+    # (pipeline.scf_tensor_held_mb). Its device blocks go now, its rows after that pass's first half
+    held = cholesky_scf_tensor(mf) if derivatives and from_scf else None
     if held is None:
         release_scf_tensor(mf)
+    else:
+        held.release(keep_rows=True)
     reused["jkfit_integrals"] = ("the SCF's tensor L⁻¹(Q|μν) (ρ and (Q|iμ) read from it)" if held is not None
                                  else "computed (3-index integrals)") if derivatives else "not needed"
     timings["gradient_response"] = time.perf_counter() - t0
@@ -251,19 +254,19 @@ def cholesky_scf_tensor(mf):
     return None
 
 
-def _response_products(mf, chans: list[SpinOrbitals], plan, reuse: bool, device: Device) -> tuple[Any, str]:
-    """The response's Coulomb/exchange products and where their JK-fit tensor came from (what-ran): the MO
-    blocks of the SCF's own tensor when the plan has room for them (``reuse``: that tensor as the SCF holds
-    it; else one built here), or the SCF's J/K builds."""
+def _response_products(mf, chans: list[SpinOrbitals], plan, reuse: bool, device: Device) -> tuple[Any, str, bool]:
+    """The response's Coulomb/exchange products, where their JK-fit tensor came from (what-ran) and whether
+    it was the tensor the SCF held for them: the MO blocks of the SCF's own tensor when the plan has room for
+    them (``reuse``: that tensor as the SCF holds it; else one built here), or the SCF's J/K builds."""
     if not plan.response_factors:
-        return Products(mf, chans), "not needed (the response ran J/K builds of the SCF's tensor)"
+        return Products(mf, chans), "not needed (the response ran J/K builds of the SCF's tensor)", False
     tensor = scf_tensor(mf) if reuse else None
     if tensor is not None:
-        return ResponseJK(mf, chans, tensor, device), "the SCF's (its MO blocks made from it)"
+        return ResponseJK(mf, chans, tensor, device), "the SCF's (its MO blocks made from it)", True
     built = ResponseJK.build(mf, chans, plan.factor_chunk_mb, device)
     if built is None:
-        return Products(mf, chans), "not made (metric not positive definite): the SCF's J/K builds"
-    return built, "built again" + ("" if not reuse else " (the SCF does not hold it whole in memory)")
+        return Products(mf, chans), "not made (metric not positive definite): the SCF's J/K builds", False
+    return built, "built again" + ("" if not reuse else " (the SCF does not hold it whole in memory)"), False
 
 
 def release_scf_tensor(mf) -> None:

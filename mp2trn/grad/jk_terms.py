@@ -71,19 +71,21 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             scratch_writes("the JK-fit pass's (P|iμ)", naux * nao * sum(o.shape[1] for o in occ) * 8):
         # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|iμ) per channel (each L⁻¹ of it with scf_rows)
         rho_d, rho_z = np.zeros(naux), np.zeros(naux)
-        for s0, s1 in blocks:
-            p0, p1 = int(loc[s0]), int(loc[s1])
-            ao = unpacked_integrals(pmol, nbas, s0, s1) if scf_rows is None else _unpacked(scf_rows[p0:p1])
-            flat = ao.reshape(p1 - p0, -1)
-            rho_d[p0:p1] = flat @ d_tot.ravel()
-            rho_z[p0:p1] = flat @ z_tot.ravel()
-            for arr, o in zip(half.arrays, occ):
-                arr[p0:p1] = np.matmul(o.T, ao).reshape(p1 - p0, -1)                 # Σ_ν C_νi (P|νμ)
-            del ao, flat
-            check_stopped()
-        scf_rows = None
-        if scf_tensor is not None:
-            scf_tensor.release()
+        try:
+            for s0, s1 in blocks:
+                p0, p1 = int(loc[s0]), int(loc[s1])
+                ao = unpacked_integrals(pmol, nbas, s0, s1) if scf_rows is None else _unpacked(scf_rows[p0:p1])
+                flat = ao.reshape(p1 - p0, -1)
+                rho_d[p0:p1] = flat @ d_tot.ravel()
+                rho_z[p0:p1] = flat @ z_tot.ravel()
+                for arr, o in zip(half.arrays, occ):
+                    arr[p0:p1] = np.matmul(o.T, ao).reshape(p1 - p0, -1)             # Σ_ν C_νi (P|νμ)
+                del ao, flat
+                check_stopped()
+        finally:     # freed once read, and on an early stop too
+            scf_rows = None
+            if scf_tensor is not None:
+                scf_tensor.release()
         a = fitted(rho_z)      # V⁻¹ρ[Z]
         b = fitted(rho_d)      # V⁻¹ρ[D]
         gamma = 0.5 * (np.outer(b, a) + np.outer(a, b))
