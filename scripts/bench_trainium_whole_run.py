@@ -333,8 +333,47 @@ def parallel_fractions(recs: list[dict]) -> dict[str, float]:
     one, two = _latest(recs, SCALING_CASE, "1"), _latest(recs, SCALING_CASE)
     if one is None or two is None:
         raise SystemExit(f"the thread-scaling curve needs {SCALING_CASE} at 1 thread and at all threads: run measure")
+    return _fractions(one, two)
+
+
+def _fractions(one: dict, two: dict) -> dict[str, float]:
     h1, h2 = _host(one), _host(two)
     return {k: min(1.0, max(0.0, 2.0 * (1.0 - h2[k] / h1[k]))) if h1[k] > 0 else 0.0 for k, _ in ALL_STAGES}
+
+
+def scaling_pairs(recs: list[dict]) -> list[tuple[dict, dict]]:
+    """Every (1-thread, all-thread) pair of the scaling case, each 1-thread record with the all-thread one
+    measured next."""
+    pairs = []
+    for i, one in enumerate(recs):
+        if one["case"] == SCALING_CASE and one.get("threads") == "1":
+            two = next((r for r in recs[i + 1:] if r["case"] == SCALING_CASE and r.get("threads", "all") == "all"),
+                       None)
+            if two is not None:
+                pairs.append((one, two))
+    return pairs
+
+
+def sensitivity(recs: list[dict]) -> str:
+    """The newest Inosine host times on trn1.2xlarge under each measured thread-scaling curve: how much of a
+    change in the modeled figures is the two-point fit's noise rather than the code."""
+    newest = _latest(recs, SCALING_CASE)
+    pairs = scaling_pairs(recs)
+    if newest is None or len(pairs) < 2:
+        return ""
+    worst = max((k for k, _ in ALL_STAGES), key=lambda k: _host(newest)[k])
+    lines = ["", f"How much the thread-scaling curve weighs: the newest {TITLES[SCALING_CASE]} host times "
+             f"({newest['date']}) on the modeled trn1.2xlarge under each curve measured since {BEFORE_DATE} "
+             f"(p of its largest stage, {LABELS[worst]}):", "",
+             "| curve (1 thread / 2 threads) | p | energy s | gradient s |", "|---|---:|---:|---:|"]
+    for one, two in pairs:
+        if one.get("date", "").startswith(BEFORE_DATE):
+            continue
+        f = _fractions(one, two)
+        m = run_model(newest, _host(newest), f, "trn1.2xlarge")
+        lines.append(f"| {one['date']} / {two['date']} | {f[worst]:.2f} | {m['energy']['total_s']:.1f} | "
+                     f"{m['gradient']['total_s']:.1f} |")
+    return "\n".join(lines)
 
 
 def at_cores(t_here: float, p: float, cores: int) -> float:
@@ -476,7 +515,8 @@ def tables(recs: list[dict]) -> str:
                      "seconds compare two CPUs as well as two versions; the bytes and the modeled device times do "
                      "not depend on the machine."), "",
                   comparison(before, recs)]
-    return "\n".join(lines)
+    extra = sensitivity(recs)
+    return "\n".join(lines) + ("\n" + extra if extra else "")
 
 
 def cmd_table(args) -> None:
