@@ -127,6 +127,12 @@ def unpacked_integrals(pmol: gto.Mole, nbas: int, s0: int, s1: int, out: np.ndar
     return block
 
 
+def tensor_rows_unpacked(rows: np.ndarray) -> np.ndarray:
+    """Rows of a 3-index tensor as (p, nao, nao): packed ones ((p, nao(nao+1)/2), μ ≥ ν) unpacked, unpacked
+    ones as they are."""
+    return lib.unpack_tril(rows) if rows.ndim == 2 else rows
+
+
 def reused_buffer(ranges: list[tuple[int, int]], loc: np.ndarray, per_row: int) -> np.ndarray:
     """One fp64 buffer for the largest of ``ranges`` (shell ranges over ``loc``) at ``per_row`` elements a
     function, faulted in once: a fresh array per block costs its first touch every time (the MP2 step's

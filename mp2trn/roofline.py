@@ -150,7 +150,7 @@ class StageMeter:
             rates = gemm_rates()
             if not rates.get("remeasured") and any(_faster_than(rates, precision, seconds, flops)
                                                    for (_, precision), (seconds, flops, _) in stages.items()):
-                rates = {**gemm_rates(refresh=True), "remeasured": "a stage ran faster than the cached rate"}
+                rates = {**gemm_rates(refresh=True), "remeasured_because": "a stage ran faster than the cached rate"}
         return roofline_report(stages, rates)
 
 
@@ -168,7 +168,7 @@ def roofline_report(stages: dict[tuple[str, str], tuple[float, float, int]], rat
         "gemm_rates": {"fp64_gflops": rates["fp64"], "fp32_gflops": rates["fp32"], "n": rates.get("n"),
                        "measured": rates.get("measured"), "load_average": rates.get("load_average"),
                        "machine": rates.get("key"), "cache": rates.get("cache"),
-                       **({"remeasured": rates["remeasured"]} if isinstance(rates.get("remeasured"), str) else {})},
+                       **({"remeasured": rates["remeasured_because"]} if "remeasured_because" in rates else {})},
         "counted": ("GEMM-like arithmetic only (mp2trn.roofline); unpacking, copies and elementwise work "
                     "lower the share"),
         "stages": {},

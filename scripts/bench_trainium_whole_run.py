@@ -355,8 +355,9 @@ def scaling_pairs(recs: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def sensitivity(recs: list[dict]) -> str:
-    """The newest Inosine host times on trn1.2xlarge under each measured thread-scaling curve: how much of a
-    change in the modeled figures is the two-point fit's noise rather than the code."""
+    """The newest Inosine host times on trn1.2xlarge under each thread-scaling curve of ``recs`` (the records
+    after :data:`BEFORE_DATE`, as :func:`tables` passes them): how much of a change in the modeled figures is
+    the two-point fit's noise rather than the code."""
     newest = _latest(recs, SCALING_CASE)
     pairs = scaling_pairs(recs)
     if newest is None or len(pairs) < 2:
@@ -367,8 +368,6 @@ def sensitivity(recs: list[dict]) -> str:
              f"(p of its largest stage, {LABELS[worst]}):", "",
              "| curve (1 thread / 2 threads) | p | energy s | gradient s |", "|---|---:|---:|---:|"]
     for one, two in pairs:
-        if one.get("date", "").startswith(BEFORE_DATE):
-            continue
         f = _fractions(one, two)
         m = run_model(newest, _host(newest), f, "trn1.2xlarge")
         lines.append(f"| {one['date']} / {two['date']} | {f[worst]:.2f} | {m['energy']['total_s']:.1f} | "

@@ -40,11 +40,10 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from pyscf import lib
 
 from ..devices import Device
 from ..devices.cpu import CpuDevice
-from ..df import cholesky_tensor
+from ..df import cholesky_tensor, tensor_rows_unpacked
 from ..orbitals import SpinOrbitals
 
 #: tensor rows unpacked at a time (bytes of the unpacked chunk)
@@ -141,7 +140,7 @@ class ResponseJK:
         built for them is freed once they are made (its memory is then the products' temporaries')."""
         for q0 in range(0, self.naux, self.rows):
             rows = tensor[q0 : q0 + self.rows]
-            yield q0, rows if rows.ndim == 3 else lib.unpack_tril(rows).reshape(len(rows), self.nao, self.nao)
+            yield q0, tensor_rows_unpacked(rows)
 
     # -- the Z-vector's operator -----------------------------------------------------------------------
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:

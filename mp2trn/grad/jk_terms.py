@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
-from pyscf import lib
 
-from ..df import _shell_ranges, unpacked_integrals
+from ..df import _shell_ranges, tensor_rows_unpacked, unpacked_integrals
 from ..memory import SpinShape
 from ..parallel import Comm
 from ..scratch import check_stopped
@@ -74,7 +73,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
         try:
             for s0, s1 in blocks:
                 p0, p1 = int(loc[s0]), int(loc[s1])
-                ao = unpacked_integrals(pmol, nbas, s0, s1) if scf_rows is None else _unpacked(scf_rows[p0:p1])
+                ao = unpacked_integrals(pmol, nbas, s0, s1) if scf_rows is None else tensor_rows_unpacked(scf_rows[p0:p1])
                 flat = ao.reshape(p1 - p0, -1)
                 rho_d[p0:p1] = flat @ d_tot.ravel()
                 rho_z[p0:p1] = flat @ z_tot.ravel()
@@ -118,11 +117,6 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
     return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
-
-
-def _unpacked(rows: np.ndarray) -> np.ndarray:
-    """Tensor rows as (p, nao, nao): packed ones unpacked, unpacked ones as they are."""
-    return lib.unpack_tril(rows) if rows.ndim == 2 else rows
 
 
 def _sym(m: np.ndarray) -> np.ndarray:
