@@ -12,6 +12,11 @@ part with NumPy's pool in each GEMM (the reduction, NumPy elementwise work, then
 others wait), and a layout tried and found slower (every pair's tile contiguous). ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
 loaded machine disturbs far less than wall time. A benchmark: it asserts nothing about speed; it checks
 that both layouts give the same pair sums (1e-12 relative in fp64).
+
+``--sweep`` times the gradient's pair step instead (:meth:`CpuDevice.pair_densities`, one strip: every i
+against ``--nk`` orbitals k; Inosine/cc-pVDZ's sizes with ``--nocc 70 --nvir 256 --naux 1232``) against the
+form it replaced, one k at a time with reordered copies for P_ab (:class:`OneColumnSweep`), round robin
+with the GEMM rate; counted GFLOP/s as the device's meter counts them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 
 import numpy as np
 
+from mp2trn.devices.base import PairDensities
 from mp2trn.devices.cpu import CpuDevice, _as_matrix
 from mp2trn.machine import machine_description
 from mp2trn.memory import SpinShape, plan_blocks
@@ -87,6 +93,70 @@ def pair_step(dev: CpuDevice, b: np.ndarray, e_occ, e_vir, occ_block: int):
     return out
 
 
+class OneColumnSweep(CpuDevice):
+    """The gradient's pair step as it was before 2026-11-27: τ of one k per GEMM as (i, a, b), t̃ from it,
+    and P_ab through (a, (i, b)) copies of both."""
+
+    def _pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
+        naux, ni, nva = b_all.shape
+        nk, nvb = b_k.shape[1], b_k.shape[2]
+        x_all = _as_matrix(b_all, self._dtype)
+        b_k = np.asarray(b_k, dtype=self._dtype)
+        denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(self._dtype)
+        gamma = np.empty((naux, nk, nvb))
+        p_occ, p_vir_all = np.zeros((ni, ni)), np.zeros((nva, nva))
+        p_vir_k = np.zeros((nvb, nvb)) if vir_k else None
+
+        def by_a(t):
+            return np.ascontiguousarray(t.transpose(1, 0, 2)).reshape(t.shape[1], -1)
+
+        for k in range(nk):
+            tau = (x_all.T @ np.ascontiguousarray(b_k[:, k, :])).reshape(ni, nva, nvb)
+            tau /= denom + e_k[k]
+            tt = c_direct * tau - c_exch * tau.transpose(0, 2, 1) if c_exch else c_direct * tau
+            gamma[:, k, :] = x_all @ tt.reshape(ni * nva, nvb)
+            p_occ += tau.reshape(ni, -1) @ tt.reshape(ni, -1).T
+            p_vir_all += by_a(tau) @ by_a(tt).T
+            if vir_k:
+                p_vir_k += tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)
+        return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
+
+
+def sweep(args) -> None:
+    """``--sweep``: the gradient's pair step, the cpu device against :class:`OneColumnSweep`."""
+    rng = np.random.default_rng(0)
+    nocc, nvir, naux, nk = args.nocc, args.nvir, args.naux, args.nk
+    b_all = 0.05 * rng.standard_normal((naux, nocc, nvir))
+    b_k = np.ascontiguousarray(b_all[:, :nk])
+    e_occ, e_vir = -1.0 - rng.random(nocc), 0.2 + rng.random(nvir)
+    per_k = 2.0 * nocc * nvir * nvir * (2 * naux + nocc + nvir)
+    print(f"nocc {nocc}, nvir {nvir}, naux {naux}, {nk} k: {per_k * nk / 1e9:.0f} GFLOP counted; "
+          f"{machine_description()}; wall time, best of {args.repeat}")
+    print("| precision | code | s | GFLOP/s | of the GEMM rate |")
+    print("|---|---|---:|---:|---:|")
+    for precision in args.precision:
+        dtype = np.float32 if precision == "fp32" else np.float64
+        variants = {"cpu device (k in columns of two)": CpuDevice(precision), "before: one k at a time": OneColumnSweep(precision)}
+        best = dict.fromkeys(list(variants) + ["gemm"], float("inf"))
+        results = {}
+        for _ in range(args.repeat):
+            best["gemm"] = min(best["gemm"], 2.0 * GEMM_N**3 / 1e9 / measure_gemm_rate(dtype, repeats=1))
+            for label, dev in variants.items():
+                t0 = time.perf_counter()
+                results[label] = dev.pair_densities(b_all.astype(dtype), b_k.astype(dtype), e_occ, e_occ[:nk],
+                                                    e_vir, e_vir, 2.0, 1.0, False)
+                best[label] = min(best[label], time.perf_counter() - t0)
+        rate = 2.0 * GEMM_N**3 / 1e9 / best["gemm"]
+        for label in variants:
+            gflops = per_k * nk / best[label] / 1e9
+            print(f"| {precision} | {label} | {best[label]:.3f} | {gflops:.0f} | {gflops / rate:.0%} |")
+        print(f"| {precision} | {GEMM_N}³ GEMM | | {rate:.0f} | 100% |")
+        new, old = results.values()
+        tol = 1e-12 if precision == "fp64" else 1e-5
+        for a, c in zip(new[:3], old[:3]):
+            assert np.abs(a - c).max() <= tol * np.abs(c).max(), "the two forms disagree"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nocc", type=int, default=24)
@@ -95,7 +165,12 @@ def main() -> None:
     ap.add_argument("--precision", nargs="+", default=["fp64", "fp32"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="hold every BLAS pool to this many threads")
+    ap.add_argument("--sweep", action="store_true", help="the gradient's pair step (see above)")
+    ap.add_argument("--nk", type=int, default=8, help="--sweep: occupied orbitals k in the strip")
     args = ap.parse_args()
+    if args.sweep:
+        sweep(args)
+        return
     if args.threads:
         from threadpoolctl import threadpool_limits
 

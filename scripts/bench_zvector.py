@@ -18,6 +18,11 @@ own stopping rule says done, and reports the true relative residual ‖L + A z�
   default, 1e-13 on the squared norm, it stops at a 1e-5 residual on water);
 - ``scipy-cg`` / ``scipy-minres``: SciPy's, rtol 1e-8, with the exact-diagonal preconditioner.
 
+``--gemms`` instead times the cpu device's Z-vector products on random operands of one product's shapes
+(default Inosine/cc-pVDZ's: naux 1606, nocc 70, nvir 256; ``--sizes NAUX NOCC NVIR``) against the same
+products as the base class computes them (``a_tᵀ b``; the grouped one as a batched matmul), round robin
+with a DGEMM for the share of its rate, and prints GFLOP/s per form.
+
 ``--sim-check`` instead runs each molecule's gradient on sim (fp32, SCF to 1e-12) twice — the response's
 GEMMs on the device, then on the host in fp64 (ResponseJK given no device) — and the cpu fp64 gradient, and
 prints how far apart they are (Eh/bohr).
@@ -166,12 +171,60 @@ def sim_check(paths: list[str], precision: str = "fp32") -> None:
               f"{np.abs(on_host - cpu).max():.1e} | {on_device.what_ran['zvector']['products']} |", flush=True)
 
 
+def gemms(naux: int, nocc: int, nvir: int, repeat: int) -> None:
+    """The cpu device's forms of one Z-vector product's GEMMs against the base class's (module docstring)."""
+    from mp2trn.devices.base import Device
+    from mp2trn.devices.cpu import CpuDevice
+    from mp2trn.roofline import measure_gemm_rate
+    rng = np.random.default_rng(1)
+    dev = CpuDevice()
+    z = rng.standard_normal((nvir, nocc))
+    vo_by_vir = rng.standard_normal((nvir, naux * nocc))
+    oo_by_occ = rng.standard_normal((nocc, naux * nocc))
+    vv_rows = rng.standard_normal((naux * nvir, nvir))
+    ov_rows = rng.standard_normal((naux * nocc, nvir))
+    y = rng.standard_normal((naux * nvir, nocc))
+    m = rng.standard_normal((naux * nocc, nocc))
+    cases = [("M = z · B_vo (grouped)", "grouped", z, vo_by_vir, nocc),
+             ("Y = zᵀ · B_oo (grouped)", "grouped", np.ascontiguousarray(z.T), oo_by_occ, nocc),
+             ("Σ_Q B_vv Y", "gemm", vv_rows, y, 0),
+             ("Σ_Q B_ov M", "gemm", ov_rows, m, 0)]
+    best: dict[tuple[str, str], float] = {}
+    rates = []
+    for _ in range(repeat):
+        rates.append(measure_gemm_rate(np.float64))
+        for name, kind, a_t, b, width in cases:
+            for form, owner in (("cpu device", CpuDevice), ("base class", Device)):
+                t0 = time.perf_counter()
+                if kind == "grouped":
+                    out = owner.response_grouped(dev, a_t, b, width)
+                else:
+                    out = owner.response_gemm(dev, a_t, b)
+                seconds = time.perf_counter() - t0
+                flops = 2.0 * out.size * a_t.shape[0]
+                best[name, form] = max(best.get((name, form), 0.0), flops / seconds / 1e9)
+    rate = max(rates)
+    print(f"naux {naux}, nocc {nocc}, nvir {nvir}; best of {repeat}; DGEMM {rate:.0f} GFLOP/s (1536³, same run)")
+    print("| product | cpu device GFLOP/s | base class GFLOP/s | cpu device / base |")
+    print("|---|---:|---:|---:|")
+    for name, *_ in cases:
+        mine, base = best[name, "cpu device"], best[name, "base class"]
+        print(f"| {name} | {mine:.0f} ({100 * mine / rate:.0f} %) | {base:.0f} ({100 * base / rate:.0f} %) | "
+              f"{mine / base:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("molecules", nargs="*", default=DEFAULT)
     ap.add_argument("--memory", type=float, default=4000, help="MB for the gradient run (--memory)")
     ap.add_argument("--sim-check", action="store_true", help="device vs host response on sim (see above)")
+    ap.add_argument("--gemms", action="store_true", help="time the cpu device's product forms (see above)")
+    ap.add_argument("--sizes", type=int, nargs=3, default=(1606, 70, 256), metavar=("NAUX", "NOCC", "NVIR"))
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    if args.gemms:
+        gemms(*args.sizes, args.repeat)
+        return
     if args.sim_check:
         sim_check(args.molecules)
         return

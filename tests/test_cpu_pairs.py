@@ -159,3 +159,21 @@ def test_packed_transform_matches_the_textbook(precision, parts, monkeypatch):
     assert got.dtype == np.dtype(precision.replace("fp", "float"))
     assert got.shape == (naux, no, nv)
     np.testing.assert_allclose(got, want, rtol=0, atol=(1e-12 if precision == "fp64" else 1e-5) * np.abs(want).max())
+
+
+@pytest.mark.parametrize("precision,rel", [("fp64", 1e-12), ("fp32", 2e-5)])
+@pytest.mark.parametrize("coeffs,nva,nvb,vir_k", [((2.0, 1.0), 9, 9, False), ((1 / 3, 1 / 3), 8, 8, False),
+                                                  ((1.3, 0.0), 7, 11, True), ((2.0, 1.0), 6, 6, True)])
+def test_gradient_pair_step_matches_the_contract(precision, rel, coeffs, nva, nvb, vir_k):
+    """The cpu device's sweep strip (k in columns of two, the last one alone: nk = 5) against the contract
+    written with whole 4-index tensors: Γ̄ rows, P_ij, P_ab of all i and of the k block."""
+    from .test_kernel_mp2_density import _contract, _strip
+
+    strip = _strip(np.random.default_rng(nva + nvb), 17, 4, 5, nva, nvb)
+    dev = get_device("cpu", precision)
+    out = dev.pair_densities(*strip, *coeffs, vir_k)
+    want = _contract(*strip, *coeffs)
+    got = [out.gamma_k, out.p_occ, out.p_vir_all] + ([out.p_vir_k] if vir_k else [])
+    for g, w in zip(got, want):
+        assert np.max(np.abs(np.asarray(g, np.float64) - w)) <= rel * np.max(np.abs(w))
+    assert (out.p_vir_k is None) == (not vir_k)

@@ -207,3 +207,31 @@ def test_stalled_device_zvector_gradient_stays_accurate():
     assert "stalled" in sim.what_ran["zvector"]["fallback"]
     cpu = mp2trn.run(gto.M(atom=HYDROXYL, basis="cc-pvdz", spin=1, verbose=0), device="cpu", precision="fp64", **kw)
     assert np.max(np.abs(sim.gradient - cpu.gradient)) < 1e-6
+
+
+@pytest.mark.parametrize("k,m,n", [(640, 8, 3), (40, 8, 3), (640, 3, 8)])
+def test_cpu_response_gemm_forms_agree(k, m, n):
+    """The cpu device's product (as (bᵀ a_t)ᵀ when the inner dimension is long and b narrow) equals a_tᵀ b."""
+    from mp2trn.devices.base import Device
+    from mp2trn.devices.cpu import CpuDevice
+
+    rng = np.random.default_rng(k + m + n)
+    a_t, b = rng.standard_normal((k, m)), rng.standard_normal((k, n))
+    got = CpuDevice().response_gemm(a_t, b)
+    assert got.flags.c_contiguous
+    np.testing.assert_allclose(got, Device.response_gemm(CpuDevice(), a_t, b), rtol=1e-13, atol=1e-12)
+
+
+@pytest.mark.parametrize("k,m", [(9, 4), (4, 9)])
+def test_cpu_grouped_forms_agree(k, m, monkeypatch):
+    """The cpu device's grouped product (k > m: GEMMs over chunks of groups, here 2 groups a chunk, the last
+    alone; else batched) equals the base class's batched one."""
+    import mp2trn.devices.cpu as cpu
+    from mp2trn.devices.base import Device
+
+    width, groups = 3, 5
+    monkeypatch.setattr(cpu, "_GROUPED_CHUNK_BYTES", 2 * 8 * m * width)
+    rng = np.random.default_rng(k)
+    a_t, b = rng.standard_normal((k, m)), rng.standard_normal((k, groups * width))
+    got = cpu.CpuDevice().response_grouped(a_t, b, width)
+    np.testing.assert_allclose(got, Device.response_grouped(cpu.CpuDevice(), a_t, b, width), rtol=1e-13, atol=1e-13)

@@ -196,30 +196,57 @@ class CpuDevice(Device):
     def _pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]
-        x_all = _as_matrix(b_all, self._dtype)                      # (naux, ni·nva)
-        b_k = np.asarray(b_k, dtype=self._dtype)
-        denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(self._dtype)
+        dt = np.dtype(self._dtype).type
+        x_all = _as_matrix(b_all, dt)                               # (naux, ni·nva)
+        b_k = np.asarray(b_k, dtype=dt)
+        denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(dt)
         gamma = np.empty((naux, nk, nvb))
         p_occ = np.zeros((ni, ni))
         p_vir_all = np.zeros((nva, nva))
         p_vir_k = np.zeros((nvb, nvb)) if vir_k else None
-        # one k at a time: the (i, a, b) amplitudes of a column of pairs stay a few MB, and every
-        # contraction below is one GEMM over them
-        for k in range(nk):
-            tau = self.contract_aux(x_all, np.ascontiguousarray(b_k[:, k, :])).reshape(ni, nva, nvb)
-            tau /= denom + e_k[k]
-            tt = c_direct * tau - c_exch * tau.transpose(0, 2, 1) if c_exch else c_direct * tau
-            gamma[:, k, :] = x_all @ tt.reshape(ni * nva, nvb)
+        # _SWEEP_COLUMNS k at a time: τ and t̃ of those columns of pairs as (i, a, (k, b)), so that the
+        # amplitudes' and Γ̄'s GEMMs are kb·nvb wide, and P_ij and P_ab are GEMMs over the buffers as they
+        # lie (no reordered copies); with w, one nva×nvb tile per i, five amplitude-sized arrays (as the
+        # gradient's memory plan counts them). 1.1-1.3x the one-k-at-a-time form (scripts/bench_pairs.py
+        # --sweep)
+        kb = min(nk, _SWEEP_COLUMNS)
+        tau_buf = np.empty((ni, nva, kb * nvb), dtype=dt)
+        tt_buf = np.empty_like(tau_buf)
+        w = np.empty((ni, nva, nvb), dtype=dt)
+        for k0 in range(0, nk, kb):
+            k1 = min(nk, k0 + kb)
+            tau, tt = tau_buf[:, :, : (k1 - k0) * nvb], tt_buf[:, :, : (k1 - k0) * nvb]
+            np.matmul(x_all.T, b_k[:, k0:k1].reshape(naux, -1), out=tau.reshape(ni * nva, -1))
+            for j in range(k1 - k0):
+                cols = slice(j * nvb, (j + 1) * nvb)
+                t = tau[:, :, cols]
+                np.add(denom, dt(e_k[k0 + j]), out=w)
+                np.divide(t, w, out=t)                              # τ_ik^ab
+                if c_exch:                                          # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
+                    np.multiply(t.transpose(0, 2, 1), dt(-c_exch), out=tt[:, :, cols])
+                    np.multiply(t, dt(c_direct), out=w)
+                    tt[:, :, cols] += w
+                else:
+                    np.multiply(t, dt(c_direct), out=tt[:, :, cols])
+                if vir_k:
+                    p_vir_k += t.reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
+            gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
             p_occ += tau.reshape(ni, -1) @ tt.reshape(ni, -1).T
-            p_vir_all += _rows_by_a(tau) @ _rows_by_a(tt).T
-            if vir_k:
-                p_vir_k += tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)
+            for i in range(ni):
+                p_vir_all += tau[i] @ tt[i].T
         return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
 
     # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------
     def response_gemm(self, a_t, b, stage="zvector"):
         t0 = time.perf_counter()
-        out = np.asarray(a_t).T @ b
+        a_t = np.asarray(a_t)
+        k, m = a_t.shape
+        if b.shape[1] < m and k >= _LONG_INNER * m:
+            # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result; OpenBLAS runs
+            # them 1.1-1.4x faster as (bᵀ a_t)ᵀ (scripts/bench_zvector.py --gemms)
+            out = np.ascontiguousarray((b.T @ a_t).T)
+        else:
+            out = a_t.T @ b
         self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
 
@@ -233,7 +260,21 @@ class CpuDevice(Device):
 
     def response_grouped(self, a_t, b, width, stage="zvector"):
         t0 = time.perf_counter()
-        out = super().response_grouped(a_t, b, width, stage)
+        k, m = a_t.shape
+        if k > m:
+            # a small a_t (M^Q: nvir × nocc) against every group: one GEMM over a chunk of groups, then its
+            # (m, groups, width) result copied into the row blocks, 1.6x the batched form's rate; the batched
+            # one stays for k ≤ m (Y^Q: nocc × nvir), where the copy costs more than it saves
+            groups = np.shape(b)[1] // width
+            out = np.empty((groups, m, width))
+            b3 = np.asarray(b).reshape(k, groups, width)
+            step = max(1, int(_GROUPED_CHUNK_BYTES // (8 * m * width)))
+            for g0 in range(0, groups, step):
+                g1 = min(groups, g0 + step)
+                out[g0:g1] = (a_t.T @ b3[:, g0:g1].reshape(k, -1)).reshape(m, g1 - g0, width).transpose(1, 0, 2)
+            out = out.reshape(groups * m, width)
+        else:
+            out = super().response_grouped(a_t, b, width, stage)
         self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * a_t.shape[0])
         return out
 
@@ -470,6 +511,12 @@ class CpuDevice(Device):
         return x.T @ y
 
 
+#: occupied orbitals k per amplitude GEMM of the gradient's pair sweep (:meth:`CpuDevice._pair_densities`)
+_SWEEP_COLUMNS = 2
+#: an inner dimension this many times the result's rows: :meth:`CpuDevice.response_gemm` computes (bᵀ a_t)ᵀ
+_LONG_INNER = 64
+#: bytes of one chunk of a grouped product's result (a few MB: the copy into row blocks reads it from cache)
+_GROUPED_CHUNK_BYTES = 4e6
 #: tensor rows unpacked and/or converted at a time (as fp64): a few MB, so that they are still in cache
 #: when the GEMMs read them (Inosine/cc-pVDZ: 4 rows, Cetirizine: 1)
 _UNPACK_CHUNK_BYTES = 4e6
@@ -538,11 +585,6 @@ def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os
         os_row[j] = np.einsum("ab,ab->", w, t, dtype=acc)
         if x_row is not None:
             x_row[j] = np.einsum("ab,ba->", w, t, dtype=acc)
-
-
-def _rows_by_a(t: np.ndarray) -> np.ndarray:
-    """(i, a, b) amplitudes as (a, i·b) rows (one copy), so that a sum over i and b is one GEMM."""
-    return np.ascontiguousarray(t.transpose(1, 0, 2)).reshape(t.shape[1], -1)
 
 
 def _as_matrix(b: np.ndarray, dtype) -> np.ndarray:
