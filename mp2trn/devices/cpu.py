@@ -206,30 +206,26 @@ class CpuDevice(Device):
         p_vir_k = np.zeros((nvb, nvb)) if vir_k else None
         # _SWEEP_COLUMNS k at a time: τ and t̃ of those columns of pairs as (i, a, (k, b)), so that the
         # amplitudes' and Γ̄'s GEMMs are kb·nvb wide, and P_ij and P_ab are GEMMs over the buffers as they
-        # lie (no reordered copies); with w, one nva×nvb tile per i, five amplitude-sized arrays (as the
-        # gradient's memory plan counts them). 1.1-1.3x the one-k-at-a-time form (scripts/bench_pairs.py
-        # --sweep)
+        # lie (no reordered copies); four amplitude-sized arrays (the gradient's memory plan counts five).
+        # Each pair's nva×nvb tile is divided and exchanged while it is in cache (1.4x the whole-array
+        # passes). 1.1-1.3x the one-k-at-a-time form (scripts/bench_pairs.py --sweep)
         kb = min(nk, _SWEEP_COLUMNS)
         tau_buf = np.empty((ni, nva, kb * nvb), dtype=dt)
         tt_buf = np.empty_like(tau_buf)
-        w = np.empty((ni, nva, nvb), dtype=dt)
+        w = np.empty((nva, nvb), dtype=dt)
         for k0 in range(0, nk, kb):
             k1 = min(nk, k0 + kb)
             tau, tt = tau_buf[:, :, : (k1 - k0) * nvb], tt_buf[:, :, : (k1 - k0) * nvb]
             np.matmul(x_all.T, b_k[:, k0:k1].reshape(naux, -1), out=tau.reshape(ni * nva, -1))
             for j in range(k1 - k0):
                 cols = slice(j * nvb, (j + 1) * nvb)
-                t = tau[:, :, cols]
-                np.add(denom, dt(e_k[k0 + j]), out=w)
-                np.divide(t, w, out=t)                              # τ_ik^ab
-                if c_exch:                                          # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
-                    np.multiply(t.transpose(0, 2, 1), dt(-c_exch), out=tt[:, :, cols])
-                    np.multiply(t, dt(c_direct), out=w)
-                    tt[:, :, cols] += w
-                else:
-                    np.multiply(t, dt(c_direct), out=tt[:, :, cols])
+                for i in range(ni):
+                    t, out = tau[i, :, cols], tt[i, :, cols]
+                    np.add(denom[i], dt(e_k[k0 + j]), out=w)
+                    np.divide(t, w, out=t)                          # τ_ik^ab
+                    _exchanged(t, c_direct, c_exch, w, out)         # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
                 if vir_k:
-                    p_vir_k += t.reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
+                    p_vir_k += tau[:, :, cols].reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
             gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
             p_occ += tau.reshape(ni, -1) @ tt.reshape(ni, -1).T
             for i in range(ni):
@@ -585,6 +581,21 @@ def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os
         os_row[j] = np.einsum("ab,ab->", w, t, dtype=acc)
         if x_row is not None:
             x_row[j] = np.einsum("ab,ba->", w, t, dtype=acc)
+
+
+def _exchanged(t: np.ndarray, c_direct: float, c_exch: float, work: np.ndarray, out: np.ndarray) -> None:
+    """out = c_direct·t − c_exch·tᵀ for one pair's square tile t (c_exch 0: any tile), ``work`` a tile of t's
+    shape; two passes where c_exch is 1 (RHF MP2)."""
+    dt = t.dtype.type
+    if not c_exch:
+        np.multiply(t, dt(c_direct), out=out)
+        return
+    np.multiply(t, dt(c_direct), out=work)
+    if c_exch == 1.0:
+        np.subtract(work, t.T, out=out)
+    else:
+        np.multiply(t.T, dt(c_exch), out=out)
+        np.subtract(work, out, out=out)
 
 
 def _as_matrix(b: np.ndarray, dtype) -> np.ndarray:
