@@ -105,15 +105,22 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
         # pass 2: the derivative integrals, contracted with the AO "densities" of every fitting function
         per_ao = np.zeros((nao, 3))
         per_aux = np.zeros((naux, 3))
+        dz = np.stack([d_tot.ravel(), z_tot.ravel()])                     # (2, nao²)
         for s0, s1 in blocks[comm.rank :: comm.size]:
             p0, p1 = int(loc[s0]), int(loc[s1])
-            g = a[p0:p1, None, None] * d_tot + b[p0:p1, None, None] * z_tot
+            # g_P = a_P D + b_P Z − 2 Σ_σ w_σ c_Pᵀ C_oᵀ, symmetrised: D and Z are, so their part is a rank-2
+            # GEMM written in place (no broadcast temporaries), and each channel's product added with its
+            # transpose
+            sym = np.matmul(np.stack([2.0 * a[p0:p1], 2.0 * b[p0:p1]], axis=1), dz).reshape(p1 - p0, nao, nao)
             for ch, arr, o in zip(chans, half.arrays, occ):
                 c = np.asarray(arr[p0:p1]).reshape(p1 - p0, o.shape[1], nao)
-                g -= 2.0 * ch.weight * (c.transpose(0, 2, 1) @ o.T)                # Σ_i c_P,iμ C_λi
+                m = np.matmul(c.transpose(0, 2, 1), -2.0 * ch.weight * o.T)          # −2w Σ_i c_P,iμ C_λi
                 del c
-            contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), g, per_ao, per_aux[p0:p1])
-            del g
+                sym += m
+                sym += m.transpose(0, 2, 1)
+                del m
+            contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), sym, per_ao, per_aux[p0:p1])
+            del sym
             check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
     return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)

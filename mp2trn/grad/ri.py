@@ -15,6 +15,7 @@ coordinate, so d/dR_A is minus the sum over the functions centred on A.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,24 +77,35 @@ def _per_atom(mol: gto.Mole, natm: int, per_function: np.ndarray) -> np.ndarray:
     return out
 
 
-def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, g_ao: np.ndarray, per_ao: np.ndarray,
+def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao: np.ndarray,
                             per_aux: np.ndarray) -> None:
     """Add Σ_Pμν g[P, μ, ν] (μν|P)^R, split by the function carrying the derivative: orbital functions into
     ``per_ao`` (nao, 3), the block's fitting functions into ``per_aux`` (p, 3).
 
-    g: (p, nao, nao) for the fitting functions of ``shls`` (any symmetry). PySCF's ``int3c2e_ip1`` comes as
-    (3, μ, ν, P) with μ fastest in memory, i.e. C-contiguous (3, P, ν, μ) once transposed, ∇ on μ; d/dR_A
-    is −∇ for functions on A. The derivative on the fitting function is not computed: translational
-    invariance of each integral, ∇_μ + ∇_ν + ∇_P = 0, makes it −(ip1[μ,ν,P] + ip1[ν,μ,P]), so one product
-    of ip1 with the symmetrised g gives both sums (and half the derivative integrals)."""
-    p = g_ao.shape[0]
-    nao = g_ao.shape[1]
-    sym = g_ao + g_ao.transpose(0, 2, 1)                                # (P, ν, μ) = (P, μ, ν): symmetric
+    sym: (p, nao, nao) = g + gᵀ (each P's square symmetrised) for the fitting functions of ``shls``.
+    PySCF's ``int3c2e_ip1`` comes as (3, μ, ν, P) with μ fastest in memory, i.e. C-contiguous (3, P, ν, μ)
+    once transposed, ∇ on μ; d/dR_A is −∇ for functions on A. The derivative on the fitting function is not
+    computed: translational invariance of each integral, ∇_μ + ∇_ν + ∇_P = 0, makes it
+    −(ip1[μ,ν,P] + ip1[ν,μ,P]), so one product of ip1 with the symmetrised g gives both sums (and half the
+    derivative integrals). The row and column dot products (memory-bound) run on two threads, each over
+    half of the block's fitting functions."""
+    p, nao = sym.shape[0], sym.shape[1]
     ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
-    rows_ao, rows_aux = sym.reshape(-1, nao), sym.reshape(p, -1)
-    for x in range(3):                                                  # row and column dot products, no temporaries
-        per_ao[:, x] -= np.einsum("rm,rm->m", ip[x].reshape(-1, nao), rows_ao)
-        per_aux[:, x] += np.einsum("pr,pr->p", ip[x].reshape(p, -1), rows_aux)
+    edges = [0, p // 2, p] if p > 1 else [0, p]
+    parts = np.zeros((len(edges) - 1, nao, 3))
+
+    def part(k: int) -> None:
+        rows = slice(edges[k], edges[k + 1])
+        q = edges[k + 1] - edges[k]
+        by_ao, by_aux = sym[rows].reshape(-1, nao), sym[rows].reshape(q, -1)
+        for x in range(3):                                              # no temporaries
+            parts[k, :, x] -= np.einsum("rm,rm->m", ip[x, rows].reshape(-1, nao), by_ao)
+            per_aux[rows, x] += np.einsum("pr,pr->p", ip[x, rows].reshape(q, -1), by_aux)
+
+    with ThreadPoolExecutor(len(edges) - 1) as pool:                   # NumPy's einsum lets go of the GIL
+        for _ in pool.map(part, range(len(edges) - 1)):
+            pass
+    per_ao += parts.sum(axis=0)
 
 
 def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_block: int,
@@ -119,7 +131,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
         p = p1 - p0
         # ((P, ν), μ) = (P|νμ) = (P|μν): its transpose is the (μ, (P, ν)) operand, a view (no copy)
         ao_flat = ao.reshape(p * nao, nao)
-        g_ao = np.zeros((p, nao, nao)) if derivatives else None
+        sym = np.zeros((p, nao, nao)) if derivatives else None       # Σ_ch w (Γ^P_μν + Γ^P_νμ)
         for ch, x, g_store, c_o_kept in zip(channels, xs, gamma.arrays, occupied or [None] * len(channels)):
             g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p, ch.nact, ch.nvir)
             c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
@@ -132,11 +144,16 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
             if derivatives:                                               # (μ, (P, ν)) = Σ_i C_μi Γ^P_iν
                 rows = np.ascontiguousarray(half_o.transpose(2, 0, 1)).reshape(ch.nact, p * nao)
                 back = device.response_gemm(c_o_kept, rows, "grad_gamma").reshape(nao, p, nao)
-                g_ao += ch.weight * back.transpose(1, 0, 2)
+                if ch.weight != 1.0:
+                    back *= ch.weight
+                sym += back.transpose(1, 0, 2)
+                sym += back.transpose(1, 2, 0)
+                del back
         del ao, ao_flat
         if not derivatives:
             continue
-        contract_3c_derivatives(pmol, shls, g_ao, per_ao, per_aux[p0:p1])
+        contract_3c_derivatives(pmol, shls, sym, per_ao, per_aux[p0:p1])
+        del sym
         check_stopped()
     if not derivatives:
         return xs, None
