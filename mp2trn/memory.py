@@ -231,6 +231,9 @@ def check_budget_before_scf(nao: int, nelec: tuple[int, int], naux: int, max_aux
 
 
 # -- the gradient's plan ------------------------------------------------------------------------------------
+#: columns of B_ov scaled and multiplied at a time for the Z-vector preconditioner's naux × naux matrix
+#: (:meth:`mp2trn.grad.cpks.ResponseJK.preconditioner`)
+PRECONDITIONER_COLUMNS = 4096
 #: JK-fit rows the response's tensor is solved in at most (MB of one row chunk of its integrals)
 _FACTOR_CHUNK_MB = 256.0
 
@@ -433,7 +436,10 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     tensor = naux_jk * npair * f8
     blocks = naux_jk * sum(c.nocc ** 2 + c.nvir * c.nocc + c.nvir ** 2 for c in chans) * f8   # B_oo, B_ov, B_vv
     rows = min(naux_jk, max(1, int(64e6 // (nao * nao * f8))))   # unpacked rows per chunk (grad.cpks)
-    factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nvir * nocc * f8 + 3 * rows * nao * nao * f8)
+    # beside the blocks: the Z-vector's M and Y, its preconditioner's S⁻¹ (naux_jk², with S while inverting it
+    # and the identity it is solved against), and three unpacked row chunks while the blocks are made
+    factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nvir * nocc * f8
+                           + (3 * naux_jk + PRECONDITIONER_COLUMNS) * naux_jk * f8 + 3 * rows * nao * nao * f8)
     response_factors = factors <= avail - small
     stage["response"] = small + (factors if response_factors else min(tensor, 0.5 * budget_mb * MB) + 0.1 * avail)
 

@@ -8,9 +8,11 @@ Runs the gradient (cpu, fp64) up to the relaxed density and takes the Z-vector s
 solves that same system with each solver, counting the products (G applications) each one makes until its
 own stopping rule says done, and reports the true relative residual ‖L + A z‖/‖L‖ it reached:
 
-- ``pcg-exact``: mp2trn's solver (:func:`mp2trn.grad.response.solve_zvector`): PCG from z = 0,
-  preconditioned by the Hessian's diagonal (ε_a − ε_k + 2w(ak|ak) − (ak|ak) − (aa|kk)), relative
-  residual 1e-8;
+- ``pcg-coulomb``: mp2trn's solver (:func:`mp2trn.grad.response.solve_zvector`): PCG from z = 0,
+  preconditioned by the Hessian's Coulomb part (rank naux) plus the rest of its diagonal, inverted by
+  Woodbury's identity (:meth:`mp2trn.grad.cpks.ResponseJK.preconditioner`), relative residual 1e-8;
+- ``pcg-diagonal``: the solver before it: PCG from z = 0 preconditioned by the Hessian's diagonal
+  (ε_a − ε_k + 2w(ak|ak) − (ak|ak) − (aa|kk));
 - ``pcg-jacobi``: the solver before it: PCG from z = L/(ε_a − ε_k), preconditioned by ε_a − ε_k (one more
   product for the first residual);
 - ``pyscf-krylov``: ``pyscf.lib.krylov`` (what ``pyscf.scf.cphf.solve`` uses) on the ε-scaled system, its
@@ -95,10 +97,13 @@ class System:
         return float(r)
 
 
-def pcg(system: System, precondition: np.ndarray, start: np.ndarray) -> np.ndarray:
+def pcg(system: System, precondition, start: np.ndarray) -> np.ndarray:
+    if not callable(precondition):
+        diagonal = precondition
+        precondition = lambda r: r / diagonal                         # noqa: E731
     x = start.copy()
     r = system.rhs - system.apply(x) if np.any(start) else system.rhs.copy()
-    z = r / precondition
+    z = precondition(r)
     p, rz, norm = z.copy(), float(r @ z), np.linalg.norm(system.rhs)
     for _ in range(200):
         ap = system.apply(p)
@@ -107,7 +112,7 @@ def pcg(system: System, precondition: np.ndarray, start: np.ndarray) -> np.ndarr
         r -= alpha * ap
         if np.linalg.norm(r) < TOL * norm:
             return x
-        z = r / precondition
+        z = precondition(r)
         rz_new = float(r @ z)
         p = z + (rz_new / rz) * p
         rz = rz_new
@@ -120,10 +125,11 @@ def solvers(system: System) -> dict:
     pre = sla.LinearOperator((len(system.rhs),) * 2, matvec=lambda v: v / exact, dtype=float)
     e = system.energies
     return {
-        "pcg-exact": lambda: np.concatenate([z.ravel() for z in
+        "pcg-coulomb": lambda: np.concatenate([z.ravel() for z in
                                              response.solve_zvector(_Counting(system), system.chans,
                                                                     [-x for x in system.split(system.rhs)])[0]]),
         "pcg-jacobi": lambda: pcg(system, e, system.rhs / e),
+        "pcg-diagonal": lambda: pcg(system, exact, np.zeros_like(e)),
         "pyscf-krylov": lambda: lib.krylov(lambda xs: np.array([system.coupling(v) / e for v in
                                                                 np.asarray(xs).reshape(-1, len(e))]),
                                            system.rhs / e, tol=TOL * np.linalg.norm(system.rhs / e),
@@ -145,6 +151,9 @@ class _Counting:
 
     def diagonal(self):
         return self.system.products.diagonal()
+
+    def preconditioner(self):
+        return self.system.products.preconditioner()
 
 
 def sim_check(paths: list[str], precision: str = "fp32") -> None:

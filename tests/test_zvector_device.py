@@ -109,6 +109,32 @@ def test_preconditioner_is_the_orbital_hessians_diagonal(system):
         assert abs(energies[k] + column[k] - diag[k]) < 1e-12
 
 
+def test_woodbury_preconditioner_is_coulomb_plus_diagonal(system):
+    """ResponseJK.preconditioner() inverts M = the Hessian's Coulomb part off the diagonal and the Hessian's
+    diagonal on it: M built column by column from M⁻¹ against the Coulomb part from PySCF's own DF tensor
+    (2w Σ_Q (Q|ak)(Q|bj), over both spins for UHF), and M⁻¹ symmetric positive definite."""
+    from pyscf import lib
+
+    mf, chans, host = system
+    apply = host.preconditioner()
+    n = sum(c.nvir * len(c.occ) for c in chans)
+    m_inv = np.column_stack([apply(np.eye(n)[:, k]) for k in range(n)])
+    np.testing.assert_allclose(m_inv, m_inv.T, atol=1e-12 * np.abs(m_inv).max())
+    assert np.linalg.eigvalsh(m_inv).min() > 0
+    cderi = lib.unpack_tril(np.asarray(mf.with_df._cderi))             # (Q, μ, ν), any factor of the metric
+    u = np.concatenate([np.sqrt(2.0 * c.weight) * np.einsum("qmn,ma,nk->akq", cderi, c.c[:, c.vir], c.c[:, c.occ])
+                        .reshape(-1, len(cderi)) for c in chans])
+    coulomb = u @ u.T
+    m = np.linalg.inv(m_inv)
+    off = ~np.eye(n, dtype=bool)
+    assert np.abs(m - coulomb)[off].max() < 1e-8 * np.abs(coulomb).max()
+    # on the diagonal: the Hessian's, where the rest of it (D_x, without the Coulomb part) stays above its
+    # floor of a tenth of ε_a − ε_k (hydroxyl: a few elements below it)
+    gaps = np.concatenate([(c.e[c.vir][:, None] - c.e[c.occ][None, :]).ravel() for c in chans])
+    want = np.maximum(host.diagonal() - np.diag(coulomb), 0.1 * gaps) + np.diag(coulomb)
+    np.testing.assert_allclose(np.diag(m), want, rtol=1e-9)
+
+
 def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     """Water on sim (fp32): the gradient whose Z-vector ran on the device is within 1e-6 Eh/bohr of the same
     run's gradient with the Z-vector's products on the host in fp64, and of the cpu fp64 gradient (Γ's AO
