@@ -121,8 +121,8 @@ class ResponseJK:
 
     def diagonal(self) -> np.ndarray:
         """The orbital Hessian's diagonal per channel, concatenated over (a, k) in z's order (fp64):
-        (ε_a − ε_k) + 2w (ak|ak) − (ak|ak) − (aa|kk) with w the channel's weight — the Z-vector's
-        preconditioner (fewer iterations than the orbital-energy differences alone)."""
+        (ε_a − ε_k) + 2w (ak|ak) − (ak|ak) − (aa|kk) with w the channel's weight — the diagonal of the
+        Z-vector's preconditioner (:meth:`preconditioner`)."""
         out = []
         for ch, oo, ov, vv in zip(self.chans, self.b_oo, self.b_ov, self.b_vv):
             akak = np.einsum("qka,qka->ak", ov, ov)
