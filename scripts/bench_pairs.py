@@ -15,8 +15,9 @@ that both layouts give the same pair sums (1e-12 relative in fp64).
 
 ``--sweep`` times the gradient's pair step instead (:meth:`CpuDevice.pair_densities`, one strip: every i
 against ``--nk`` orbitals k; Inosine/cc-pVDZ's sizes with ``--nocc 70 --nvir 256 --naux 1232``) against the
-form it replaced, one k at a time with reordered copies for P_ab (:class:`OneColumnSweep`), round robin
-with the GEMM rate; counted GFLOP/s as the device's meter counts them.
+same in one part with NumPy's pool in each GEMM and against the form it replaced, one k at a time with
+reordered copies for P_ab (:class:`OneColumnSweep`), round robin with the GEMM rate; counted GFLOP/s as
+the device's meter counts them.
 """
 
 from __future__ import annotations
@@ -136,7 +137,11 @@ def sweep(args) -> None:
     print("|---|---|---:|---:|---:|")
     for precision in args.precision:
         dtype = np.float32 if precision == "fp32" else np.float64
-        variants = {"cpu device (k in columns of two)": CpuDevice(precision), "before: one k at a time": OneColumnSweep(precision)}
+        one_part = CpuDevice(precision)
+        one_part.split_over_cores = False
+        variants = {"cpu device (k split over the cores)": CpuDevice(precision),
+                    "one part, NumPy's pool (k in columns of two)": one_part,
+                    "before: one k at a time": OneColumnSweep(precision)}
         best = dict.fromkeys(list(variants) + ["gemm"], float("inf"))
         results = {}
         for _ in range(args.repeat):
@@ -151,10 +156,11 @@ def sweep(args) -> None:
             gflops = per_k * nk / best[label] / 1e9
             print(f"| {precision} | {label} | {best[label]:.3f} | {gflops:.0f} | {gflops / rate:.0%} |")
         print(f"| {precision} | {GEMM_N}³ GEMM | | {rate:.0f} | 100% |")
-        new, old = results.values()
+        old = results["before: one k at a time"]
         tol = 1e-12 if precision == "fp64" else 1e-5
-        for a, c in zip(new[:3], old[:3]):
-            assert np.abs(a - c).max() <= tol * np.abs(c).max(), "the two forms disagree"
+        for label, new in results.items():
+            for a, c in zip(new[:3], old[:3]):
+                assert np.abs(a - c).max() <= tol * np.abs(c).max(), f"{label} disagrees with the form before"
 
 
 def main() -> None:

@@ -232,6 +232,7 @@ def test_out_of_core_and_generic_jk_gradient_equals_in_memory(monkeypatch):
     mol = _mol(METHYLENE_TRIPLET, 2, "6-31g")
     in_memory = _run(mol, gradient=True, frozen="auto")
     assert "occupied-factor" in in_memory.what_ran["gradient_jk"]
+    assert in_memory.what_ran["zvector"]["preconditioner"] == rohf.PRECONDITIONER    # its own, not ResponseJK's
     plan = grad_dfmp2.plan_gradient
     monkeypatch.setattr(grad_dfmp2, "plan_gradient", lambda *a, **k: replace(
         plan(*a, **k), stores_incore=False, strip_block=1, pair_block=1, metric_cols=7, ri_aux_block=1,

@@ -58,7 +58,7 @@ def test_device_products_equal_host_fp64_ones(system, device, precision, tol):
             assert np.max(np.abs(a - b)) < tol * np.max(np.abs(b))
         moved.append(dev.transfer_record()["zvector"]["to_device"] - made)
     assert on_device.describe() == {"device": device, "precision": precision, "products": 2,
-                                    "gemm_launches": 2 * 5 * len(chans)}
+                                    "gemm_launches": 2 * 5 * len(chans), "preconditioner": cpks.PRECONDITIONER}
     # the first product sent the five kept layouts it reads and its host operands, the second only the latter
     # (fp32x3: hi and lo of each layout, and the full plane of the two that are also moving operands)
     blocks = sum(3 * ov.size + oo.size + vv.size for oo, ov, vv in
@@ -163,6 +163,7 @@ def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     monkeypatch.setattr(dfmp2, "ResponseJK", HostResponse)
     host_run = mp2trn.run(gto.M(atom=WATER, basis="cc-pvdz", verbose=0), **kw)
     assert host_run.what_ran["zvector"]["device"] == "cpu"
+    assert host_run.what_ran["zvector"]["preconditioner"] == cpks.PRECONDITIONER
     assert np.max(np.abs(device_run.gradient - host_run.gradient)) < 1e-6
 
 

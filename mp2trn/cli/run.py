@@ -214,7 +214,9 @@ def what_ran_table(result: MP2Result) -> Table:
         table.add_row("gradient", f"{w.get('gradient')}: pair sweep on {w.get('gradient_pairs')} "
                       f"({strips} strip{'' if strips == 1 else 's'}), Z-vector {iterations} "
                       f"iteration{'' if iterations == 1 else 's'} with "
-                      f"{w.get('gradient_jk')}, derivative integrals {w.get('derivative_integrals')}")
+                      f"{w.get('gradient_jk')}, preconditioned by "
+                      f"{(w.get('zvector') or {}).get('preconditioner', 'orbital-energy differences')}, "
+                      f"derivative integrals {w.get('derivative_integrals')}")
         if w.get("gradient_memory"):
             table.add_row("gradient memory", gradient_memory_summary(w["gradient_memory"]))
     return table

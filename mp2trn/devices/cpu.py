@@ -201,35 +201,43 @@ class CpuDevice(Device):
         b_k = np.asarray(b_k, dtype=dt)
         denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(dt)
         gamma = np.empty((naux, nk, nvb))
-        p_occ = np.zeros((ni, ni))
-        p_vir_all = np.zeros((nva, nva))
-        p_vir_k = np.zeros((nvb, nvb)) if vir_k else None
-        # _SWEEP_COLUMNS k at a time: τ and t̃ of those columns of pairs as (i, a, (k, b)), so that the
-        # amplitudes' and Γ̄'s GEMMs are kb·nvb wide, and P_ij and P_ab are GEMMs over the buffers as they
-        # lie (no reordered copies); four amplitude-sized arrays (the gradient's memory plan counts five).
-        # Each pair's nva×nvb tile is divided and exchanged while it is in cache (1.4x the whole-array
-        # passes). 1.1-1.3x the one-k-at-a-time form (scripts/bench_pairs.py --sweep)
-        kb = min(nk, _SWEEP_COLUMNS)
-        tau_buf = np.empty((ni, nva, kb * nvb), dtype=dt)
-        tt_buf = np.empty_like(tau_buf)
-        w = np.empty((nva, nvb), dtype=dt)
-        for k0 in range(0, nk, kb):
-            k1 = min(nk, k0 + kb)
-            tau, tt = tau_buf[:, :, : (k1 - k0) * nvb], tt_buf[:, :, : (k1 - k0) * nvb]
-            np.matmul(x_all.T, b_k[:, k0:k1].reshape(naux, -1), out=tau.reshape(ni * nva, -1))
-            for j in range(k1 - k0):
-                cols = slice(j * nvb, (j + 1) * nvb)
+        sums: dict[int, list] = {}
+
+        # The strip's k split over the cores (:meth:`_over_cores`, one BLAS thread each), so that one core's
+        # elementwise work runs beside the other's GEMMs; within a part, _SWEEP_COLUMNS // parts k at a time
+        # (four amplitude-sized arrays in all: the gradient's memory plan counts five). τ and t̃ of those
+        # columns of pairs lie as (i, a, (k, b)): the amplitudes' and Γ̄'s GEMMs are kb·nvb wide, and P_ij and
+        # P_ab are GEMMs over the buffers as they lie (no reordered copies). Each pair's nva×nvb tile is
+        # divided and exchanged while it is in cache (1.4x the whole-array passes). scripts/bench_pairs.py
+        # --sweep times it against the one-k-at-a-time form it replaced and against one part
+        def run(part: int, q0: int, q1: int) -> None:
+            kb = max(1, _SWEEP_COLUMNS // parts)
+            mine = sums[part] = [np.zeros((ni, ni)), np.zeros((nva, nva)), np.zeros((nvb, nvb)) if vir_k else None]
+            p_occ, p_vir_all, p_vir_k = mine
+            tau_buf = np.empty((ni, nva, kb * nvb), dtype=dt)
+            tt_buf = np.empty_like(tau_buf)
+            w = np.empty((nva, nvb), dtype=dt)
+            for k0 in range(q0, q1, kb):
+                k1 = min(q1, k0 + kb)
+                tau, tt = tau_buf[:, :, : (k1 - k0) * nvb], tt_buf[:, :, : (k1 - k0) * nvb]
+                np.matmul(x_all.T, b_k[:, k0:k1].reshape(naux, -1), out=tau.reshape(ni * nva, -1))
+                for j in range(k1 - k0):
+                    cols = slice(j * nvb, (j + 1) * nvb)
+                    for i in range(ni):
+                        t, out = tau[i, :, cols], tt[i, :, cols]
+                        np.add(denom[i], dt(e_k[k0 + j]), out=w)
+                        np.divide(t, w, out=t)                      # τ_ik^ab
+                        _exchanged(t, c_direct, c_exch, w, out)     # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
+                    if vir_k:
+                        p_vir_k += tau[:, :, cols].reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
+                gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
+                p_occ += tau.reshape(ni, -1) @ tt.reshape(ni, -1).T
                 for i in range(ni):
-                    t, out = tau[i, :, cols], tt[i, :, cols]
-                    np.add(denom[i], dt(e_k[k0 + j]), out=w)
-                    np.divide(t, w, out=t)                          # τ_ik^ab
-                    _exchanged(t, c_direct, c_exch, w, out)         # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
-                if vir_k:
-                    p_vir_k += tau[:, :, cols].reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
-            gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
-            p_occ += tau.reshape(ni, -1) @ tt.reshape(ni, -1).T
-            for i in range(ni):
-                p_vir_all += tau[i] @ tt[i].T
+                    p_vir_all += tau[i] @ tt[i].T
+
+        parts = min(blas_threads() if self.split_over_cores else 1, nk)
+        self._over_cores(np.ones(nk), run)
+        p_occ, p_vir_all, p_vir_k = (None if sums[0][x] is None else sum(m[x] for m in sums.values()) for x in range(3))
         return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
 
     # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------

@@ -54,6 +54,10 @@ from ..threads import one_blas_pool
 _CHUNK_BYTES = 64e6
 
 
+#: what-ran's name for :meth:`ResponseJK.preconditioner`
+PRECONDITIONER = "the orbital Hessian's Coulomb part and diagonal (Woodbury)"
+
+
 class ResponseJK:
     """G^σ = J[X^α + X^β] − K[X^σ] products (an RHF channel: J[2X] − K[X]) on occupied columns."""
 
@@ -117,7 +121,7 @@ class ResponseJK:
     def describe(self) -> dict:
         """Where the Z-vector's products ran (what-ran): device, precision, products and GEMM launches."""
         return {"device": self.device.name, "precision": self.precision, "products": self.products,
-                "gemm_launches": self.launches}
+                "gemm_launches": self.launches, "preconditioner": PRECONDITIONER}
 
     def diagonal(self) -> np.ndarray:
         """The orbital Hessian's diagonal per channel, concatenated over (a, k) in z's order (fp64):

@@ -166,7 +166,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
     fast = isinstance(products, ResponseJK)
     zvector = {**products.describe(), "iterations": resp.iterations, "residual": resp.residual,
-               **({"fallback": resp.fallback} if resp.fallback else {})}
+               **({"fallback": resp.fallback} if resp.fallback else {}),
+               **({} if orbs is mf else {"preconditioner": rohf.PRECONDITIONER})}
     del products
     # the J/K builds' tensor is not needed past the response, but for the JK-fit pass's first half where it
     # is L⁻¹(Q|μν) whole and the response's MO blocks came from it: then the plan held it beside everything

@@ -164,7 +164,8 @@ class Products:
 
     def describe(self) -> dict:
         """Where the Z-vector's products ran (what-ran)."""
-        return {"device": "the SCF's J/K builds", "products": self.products}
+        return {"device": "the SCF's J/K builds", "products": self.products,
+                "preconditioner": "orbital-energy differences"}
 
     def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
         return [g[:, ch.occ] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]

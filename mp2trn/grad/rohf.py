@@ -152,6 +152,10 @@ def hessian_diagonal(space: RohfSpace) -> np.ndarray:
     return diag[space.rotations]
 
 
+#: what-ran's name for the ROHF Z-vector's preconditioner (:func:`hessian_diagonal`)
+PRECONDITIONER = "the one-electron part of the ROHF orbital Hessian's diagonal"
+
+
 def solve_zvector(products: Products, chans: list[SpinOrbitals], space: RohfSpace, lag: np.ndarray,
                   tol: float = ZVECTOR_TOL, max_iter: int = 100) -> tuple[np.ndarray, int, float]:
     """z from H z = −L by SciPy's preconditioned conjugate gradients (the Hessian of a stable ROHF is
