@@ -329,11 +329,13 @@ def _host(rec: dict) -> dict[str, float]:
 
 def parallel_fractions(recs: list[dict]) -> dict[str, float]:
     """Each host stage's parallel fraction p from the scaling case at 1 and 2 threads (Amdahl's law:
-    t2/t1 = 1 - p + p/2, so p = 2 (1 - t2/t1)), clipped to [0, 1]."""
-    one, two = _latest(recs, SCALING_CASE, "1"), _latest(recs, SCALING_CASE)
-    if one is None or two is None:
+    t2/t1 = 1 - p + p/2, so p = 2 (1 - t2/t1)), clipped to [0, 1]: the newest pair measured together
+    (:func:`scaling_pairs`), so that a newer all-thread record (``measure --no-scaling``, newer code) is never
+    set against an older 1-thread one."""
+    pairs = scaling_pairs(recs)
+    if not pairs:
         raise SystemExit(f"the thread-scaling curve needs {SCALING_CASE} at 1 thread and at all threads: run measure")
-    return _fractions(one, two)
+    return _fractions(*pairs[-1])
 
 
 def _fractions(one: dict, two: dict) -> dict[str, float]:
@@ -486,8 +488,9 @@ def tables(recs: list[dict]) -> str:
                              f"{100 * r['device_share']:.1f} % | "
                              f"{LABELS[top]}: {r['host'][top]:.1f} s ({100 * r['host'][top] / r['total_s']:.0f} %) |")
     fed = [f"{r['case']} (nao {r['nao']})" for r in (_latest(recs, c) for c in CASES if CASES[c][1] == "cc-pvdz") if r]
+    one, two = scaling_pairs(recs)[-1]
     lines += ["", "Host seconds per stage measured on this machine (2 threads), the parallel fraction p of the "
-              f"thread-scaling curve, and Taxol's extrapolation (t ∝ nao^k fitted to {', '.join(fed)}):", "",
+              f"thread-scaling curve (the newest measured together: {one['date']} / {two['date']}), and Taxol's extrapolation (t ∝ nao^k fitted to {', '.join(fed)}):", "",
               "| host stage | p | " + " | ".join(f"{TITLES.get(c, c)}" for c in cases) + " | k (Taxol fit) |",
               "|---|---:|" + "---:|" * len(cases) + "---:|"]
     taxol = cases.get("taxol-dz")

@@ -53,3 +53,23 @@ def test_device_share_is_device_over_the_whole():
         # an overlapped stage counts as the longer of its host and device parts: no more than either is hidden
         assert 0 <= r["overlap_s"] <= min(r["host_s"], r["device_s"] + r["transfer_s"])
         assert 0 < r["device_share"] < 1
+
+
+def test_scaling_curve_is_a_pair_measured_together():
+    """A newer all-thread record without its 1-thread partner (``measure --no-scaling``) does not make a curve
+    with an older 1-thread record: p comes from the newest pair measured together."""
+    import copy
+
+    b = _script()
+    template = b._latest(b.load(RECORDS), "inosine-dz")
+
+    def rec(threads: str, seconds: float) -> dict:
+        r = copy.deepcopy(template)
+        r["threads"] = threads
+        for phase in ("host_energy_s", "host_gradient_s"):
+            r[phase] = {k: seconds for k in r[phase]}
+        return r
+
+    recs = [rec("1", 10.0), rec("all", 6.0), rec("all", 3.0)]
+    fractions = b.parallel_fractions(recs)
+    assert all(p == pytest.approx(0.8) for p in fractions.values())      # 2 (1 − 6/10), not 2 (1 − 3/10)
