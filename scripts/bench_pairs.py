@@ -94,6 +94,17 @@ def pair_step(dev: CpuDevice, b: np.ndarray, e_occ, e_vir, occ_block: int):
     return out
 
 
+TABLE_HEAD = "| precision | code | s | GFLOP/s | of the GEMM rate |\n|---|---|---:|---:|---:|"
+
+
+def random_orbitals(nocc: int, nvir: int, naux: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random B (naux, nocc, nvir) and occupied and virtual orbital energies (the step's time does not
+    depend on the values)."""
+    rng = np.random.default_rng(0)
+    b = 0.05 * rng.standard_normal((naux, nocc, nvir))
+    return b, -1.0 - rng.random(nocc), 0.2 + rng.random(nvir)
+
+
 class OneColumnSweep(CpuDevice):
     """The gradient's pair step as it was before 2026-11-27: τ of one k per GEMM as (i, a, b), t̃ from it,
     and P_ab through (a, (i, b)) copies of both."""
@@ -125,16 +136,13 @@ class OneColumnSweep(CpuDevice):
 
 def sweep(args) -> None:
     """``--sweep``: the gradient's pair step, the cpu device against :class:`OneColumnSweep`."""
-    rng = np.random.default_rng(0)
     nocc, nvir, naux, nk = args.nocc, args.nvir, args.naux, args.nk
-    b_all = 0.05 * rng.standard_normal((naux, nocc, nvir))
+    b_all, e_occ, e_vir = random_orbitals(nocc, nvir, naux)
     b_k = np.ascontiguousarray(b_all[:, :nk])
-    e_occ, e_vir = -1.0 - rng.random(nocc), 0.2 + rng.random(nvir)
     per_k = 2.0 * nocc * nvir * nvir * (2 * naux + nocc + nvir)
     print(f"nocc {nocc}, nvir {nvir}, naux {naux}, {nk} k: {per_k * nk / 1e9:.0f} GFLOP counted; "
           f"{machine_description()}; wall time, best of {args.repeat}")
-    print("| precision | code | s | GFLOP/s | of the GEMM rate |")
-    print("|---|---|---:|---:|---:|")
+    print(TABLE_HEAD)
     for precision in args.precision:
         dtype = np.float32 if precision == "fp32" else np.float64
         one_part = CpuDevice(precision)
@@ -182,16 +190,13 @@ def main() -> None:
 
         threadpool_limits(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
-    rng = np.random.default_rng(0)
     nocc, nvir, naux = args.nocc, args.nvir, args.naux
-    b64 = 0.05 * rng.standard_normal((naux, nocc, nvir))
-    e_occ, e_vir = -1.0 - rng.random(nocc), 0.2 + rng.random(nvir)
+    b64, e_occ, e_vir = random_orbitals(nocc, nvir, naux)
     occ_block = plan_blocks(nvir + nocc, naux, [SpinShape(nocc, nvir)], 50, 4000).occ_block
     flops = naux * nvir**2 * nocc * (nocc + 1)   # the T GEMMs of all pairs i ≤ j
     print(f"nocc {nocc}, nvir {nvir}, naux {naux}, occupied block {occ_block}: {flops / 1e9:.1f} GFLOP of T GEMMs; "
           f"{machine_description()}; {'one BLAS thread, CPU time' if args.threads == 1 else 'wall time'}")
-    print("| precision | code | s | GFLOP/s | of the GEMM rate |")
-    print("|---|---|---:|---:|---:|")
+    print(TABLE_HEAD)
     for precision in args.precision:
         dtype = np.float32 if precision == "fp32" else np.float64
         b = b64.astype(dtype)
