@@ -343,15 +343,26 @@ def _fractions(one: dict, two: dict) -> dict[str, float]:
     return {k: min(1.0, max(0.0, 2.0 * (1.0 - h2[k] / h1[k]))) if h1[k] > 0 else 0.0 for k, _ in ALL_STAGES}
 
 
+#: the all-thread half of a thread-scaling pair ends within this long after its 1-thread half (one
+#: ``measure`` run: the all-thread Inosine run takes ~17 min on the 2-core VM)
+PAIR_MINUTES = 90
+
+
 def scaling_pairs(recs: list[dict]) -> list[tuple[dict, dict]]:
-    """Every (1-thread, all-thread) pair of the scaling case, each 1-thread record with the all-thread one
-    measured next."""
+    """Every (1-thread, all-thread) pair of the scaling case measured together: each 1-thread record with
+    the next record of the case, when that one is an all-thread run ending within :data:`PAIR_MINUTES` (a
+    1-thread record whose all-thread half failed pairs with nothing, not with a later ``--no-scaling`` run)."""
+    from datetime import datetime
+
+    def when(rec: dict) -> datetime:
+        return datetime.strptime(rec["date"], "%Y-%m-%d %H:%M")
+
     pairs = []
     for i, one in enumerate(recs):
         if one["case"] == SCALING_CASE and one.get("threads") == "1":
-            two = next((r for r in recs[i + 1:] if r["case"] == SCALING_CASE and r.get("threads", "all") == "all"),
-                       None)
-            if two is not None:
+            two = next((r for r in recs[i + 1:] if r["case"] == SCALING_CASE), None)
+            if (two is not None and two.get("threads", "all") == "all"
+                    and 0 <= (when(two) - when(one)).total_seconds() <= 60 * PAIR_MINUTES):
                 pairs.append((one, two))
     return pairs
 

@@ -188,8 +188,9 @@ def gemms(naux: int, nocc: int, nvir: int, repeat: int) -> None:
     rng = np.random.default_rng(1)
     dev = CpuDevice()
     z = rng.standard_normal((nvir, nocc))
-    vo_by_vir = rng.standard_normal((nvir, naux * nocc))
-    oo_by_occ = rng.standard_normal((nocc, naux * nocc))
+    # as the response keeps them (grad/cpks.py ResponseJK._keep): transposed views of ((Q, j), ·) rows
+    vo_by_vir = rng.standard_normal((naux * nocc, nvir)).T
+    oo_by_occ = rng.standard_normal((naux * nocc, nocc)).T
     vv_rows = rng.standard_normal((naux * nvir, nvir))
     ov_rows = rng.standard_normal((naux * nocc, nvir))
     y = rng.standard_normal((naux * nvir, nocc))

@@ -166,9 +166,10 @@ def test_packed_transform_matches_the_textbook(precision, parts, monkeypatch):
 @pytest.mark.parametrize("coeffs,nva,nvb,vir_k", [((2.0, 1.0), 9, 9, False), ((1 / 3, 1 / 3), 8, 8, False),
                                                   ((1.3, 0.0), 7, 11, True), ((2.0, 1.0), 6, 6, True)])
 def test_gradient_pair_step_matches_the_contract(precision, rel, coeffs, nva, nvb, vir_k, parts, monkeypatch):
-    """The cpu device's sweep strip (nk = 5: in one part k in columns of two, the last one alone; over 2 or
-    3 cores one k at a time, ranges of 3 + 2 or 2 + 2 + 1) against the contract written with whole 4-index
-    tensors: Γ̄ rows, P_ij, P_ab of all i and of the k block."""
+    """The cpu device's sweep strip (nk = 5: in one part k in columns of two, the last one alone; over 2
+    cores one k at a time, ranges of 3 + 2; with 3 BLAS threads one part again, its memory held to two
+    parts' worth) against the contract written with whole 4-index tensors: Γ̄ rows, P_ij, P_ab of all i and
+    of the k block."""
     import mp2trn.devices.cpu
 
     from .test_kernel_mp2_density import _contract, _strip

@@ -70,6 +70,13 @@ def test_scaling_curve_is_a_pair_measured_together():
             r[phase] = {k: seconds for k in r[phase]}
         return r
 
-    recs = [rec("1", 10.0), rec("all", 6.0), rec("all", 3.0)]
+    def dated(r: dict, date: str) -> dict:
+        return {**r, "date": date}
+
+    recs = [dated(rec("1", 10.0), "2026-01-01 10:00"), dated(rec("all", 6.0), "2026-01-01 10:20"),
+            dated(rec("all", 3.0), "2026-01-02 09:00")]
     fractions = b.parallel_fractions(recs)
     assert all(p == pytest.approx(0.8) for p in fractions.values())      # 2 (1 − 6/10), not 2 (1 − 3/10)
+    # a 1-thread record whose all-thread half is missing pairs with nothing, not with a later run
+    orphan = recs + [dated(rec("1", 20.0), "2026-01-03 10:00"), dated(rec("all", 2.0), "2026-01-04 10:00")]
+    assert b.scaling_pairs(orphan) == b.scaling_pairs(recs)

@@ -135,6 +135,19 @@ def test_woodbury_preconditioner_is_coulomb_plus_diagonal(system):
     np.testing.assert_allclose(np.diag(m), want, rtol=1e-9)
 
 
+def test_preconditioner_with_a_channel_without_occupied_orbitals():
+    """Triplet H₂ (UHF): the β channel has no occupied orbitals and no unknowns; M⁻¹ is still applied over
+    the α ones, finite and symmetric."""
+    mol = gto.M(atom="H 0 0 0; H 0 0 0.74", basis="cc-pvdz", spin=2, verbose=0)
+    mf = scf.UHF(mol).density_fit(auxbasis="cc-pvdz-jkfit").run(conv_tol=1e-11)
+    chans = channels(mf, select_frozen(mf, "auto"))
+    assert [len(c.occ) for c in chans] == [2, 0]
+    apply = cpks.ResponseJK.build(mf, chans, 2000).preconditioner()
+    x, y = np.random.default_rng(0).standard_normal((2, chans[0].nvir * 2))
+    assert np.all(np.isfinite(apply(x)))
+    assert abs(x @ apply(y) - y @ apply(x)) < 1e-12 * np.linalg.norm(x) * np.linalg.norm(y)
+
+
 def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     """Water on sim (fp32): the gradient whose Z-vector ran on the device is within 1e-6 Eh/bohr of the same
     run's gradient with the Z-vector's products on the host in fp64, and of the cpu fp64 gradient (Γ's AO
@@ -259,6 +272,9 @@ def test_cpu_grouped_forms_agree(k, m, monkeypatch):
     width, groups = 3, 5
     monkeypatch.setattr(cpu, "_GROUPED_CHUNK_BYTES", 2 * 8 * m * width)
     rng = np.random.default_rng(k)
-    a_t, b = rng.standard_normal((k, m)), rng.standard_normal((k, groups * width))
-    got = cpu.CpuDevice().response_grouped(a_t, b, width)
-    np.testing.assert_allclose(got, Device.response_grouped(cpu.CpuDevice(), a_t, b, width), rtol=1e-13, atol=1e-13)
+    a_t = rng.standard_normal((k, m))
+    # b contiguous, and as the response keeps it: a transposed view of ((Q, j), k) rows
+    for b in (rng.standard_normal((k, groups * width)), rng.standard_normal((groups * width, k)).T):
+        got = cpu.CpuDevice().response_grouped(a_t, b, width)
+        np.testing.assert_allclose(got, Device.response_grouped(cpu.CpuDevice(), a_t, b, width), rtol=1e-13,
+                                   atol=1e-13)

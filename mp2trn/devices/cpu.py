@@ -155,7 +155,7 @@ class CpuDevice(Device):
         self._over_cores(work, rows)
         return os_, xx
 
-    def _over_cores(self, work: np.ndarray, run) -> None:
+    def _over_cores(self, work: np.ndarray, run, parts: int | None = None) -> None:
         """``run(k, i0, i1)`` for the k-th of contiguous ranges of rows of about equal ``work`` (per row), one
         range per BLAS thread, each on a thread of its own with BLAS held to one thread
         (:func:`mp2trn.threads.one_thread_each`); one range in the calling thread, BLAS as it is, with one
@@ -163,9 +163,10 @@ class CpuDevice(Device):
 
         Why: between its GEMMs a pair step reduces each pair's tile elementwise (NumPy, one thread), and a
         J/K build unpacks rows; with NumPy's pool in each GEMM that work runs on one core while the others
-        wait, and small GEMMs pay the pool's hand-over at every call."""
+        wait, and small GEMMs pay the pool's hand-over at every call. ``parts``: this many ranges (None:
+        one per BLAS thread)."""
         n = len(work)
-        parts = min(blas_threads() if self.split_over_cores else 1, n)
+        parts = min((blas_threads() if self.split_over_cores else 1) if parts is None else parts, n)
         if parts <= 1:
             run(0, 0, n)
             return
@@ -203,23 +204,30 @@ class CpuDevice(Device):
         gamma = np.empty((naux, nk, nvb))
         sums: dict[int, list] = {}
 
-        # The strip's k split over the cores (:meth:`_over_cores`, one BLAS thread each), so that one core's
-        # elementwise work runs beside the other's GEMMs; within a part, _SWEEP_COLUMNS // parts k at a time
-        # (four amplitude-sized arrays in all: the gradient's memory plan counts five). τ and t̃ of those
-        # columns of pairs lie as (i, a, (k, b)): the amplitudes' and Γ̄'s GEMMs are kb·nvb wide, and P_ij and
-        # P_ab are GEMMs over the buffers as they lie (no reordered copies). Each pair's nva×nvb tile is
-        # divided and exchanged while it is in cache (1.4x the whole-array passes). scripts/bench_pairs.py
-        # --sweep times it against the one-k-at-a-time form it replaced and against one part
+        # On two cores the strip's k split over them (:meth:`_over_cores`, one BLAS thread each, one k at a
+        # time), so that one core's elementwise work runs beside the other's GEMMs; else one part, NumPy's
+        # pool in each GEMM, two k at a time. Either way four amplitude-sized arrays beside the denominators
+        # (the gradient's memory plan counts five), so no more than two parts: on more cores the pool.
+        # τ and t̃ of kb columns of pairs lie as (i, a, (k, b)): the amplitudes' and Γ̄'s GEMMs are kb·nvb
+        # wide, and P_ij and P_ab are GEMMs over the buffers as they lie (no reordered copies; a shorter
+        # last block is a prefix of the flat buffers, contiguous too). Each pair's nva×nvb tile is divided
+        # and exchanged while it is in cache (1.4x the whole-array passes). scripts/bench_pairs.py --sweep
+        # times it against the one-k-at-a-time form it replaced and against one part
+        threads = blas_threads() if self.split_over_cores else 1
+        parts = min(threads if threads <= _SWEEP_COLUMNS else 1, nk)
+
         def run(part: int, q0: int, q1: int) -> None:
-            kb = max(1, _SWEEP_COLUMNS // parts)
+            kb = min(max(1, _SWEEP_COLUMNS // parts), q1 - q0)
             mine = sums[part] = [np.zeros((ni, ni)), np.zeros((nva, nva)), np.zeros((nvb, nvb)) if vir_k else None]
             p_occ, p_vir_all, p_vir_k = mine
-            tau_buf = np.empty((ni, nva, kb * nvb), dtype=dt)
-            tt_buf = np.empty_like(tau_buf)
+            tau_flat = np.empty(ni * nva * kb * nvb, dtype=dt)
+            tt_flat = np.empty_like(tau_flat)
             w = np.empty((nva, nvb), dtype=dt)
             for k0 in range(q0, q1, kb):
                 k1 = min(q1, k0 + kb)
-                tau, tt = tau_buf[:, :, : (k1 - k0) * nvb], tt_buf[:, :, : (k1 - k0) * nvb]
+                size = ni * nva * (k1 - k0) * nvb
+                tau = tau_flat[:size].reshape(ni, nva, -1)
+                tt = tt_flat[:size].reshape(ni, nva, -1)
                 np.matmul(x_all.T, b_k[:, k0:k1].reshape(naux, -1), out=tau.reshape(ni * nva, -1))
                 for j in range(k1 - k0):
                     cols = slice(j * nvb, (j + 1) * nvb)
@@ -235,9 +243,10 @@ class CpuDevice(Device):
                 for i in range(ni):
                     p_vir_all += tau[i] @ tt[i].T
 
-        parts = min(blas_threads() if self.split_over_cores else 1, nk)
-        self._over_cores(np.ones(nk), run)
-        p_occ, p_vir_all, p_vir_k = (None if sums[0][x] is None else sum(m[x] for m in sums.values()) for x in range(3))
+        self._over_cores(np.ones(nk), run, parts)
+        # summed in part order (the parts finish in any order): the same result every run
+        p_occ, p_vir_all, p_vir_k = (None if sums[0][x] is None else sum(sums[k][x] for k in sorted(sums))
+                                     for x in range(3))
         return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
 
     # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------

@@ -134,16 +134,19 @@ class ResponseJK:
             out.append(((ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]) + (2.0 * ch.weight - 1.0) * akak - aakk).ravel())
         return np.concatenate(out)
 
-    def preconditioner(self) -> Callable[[np.ndarray], np.ndarray]:
+    def preconditioner(self) -> Callable[[np.ndarray], np.ndarray] | None:
         """M⁻¹ for the Z-vector's PCG (fp64, on the host): M = D_x + U Uᵀ holds the orbital Hessian's Coulomb
         part whole — U = √(2w) B_ov stacked over the channels, rank naux — and the rest of its diagonal,
         D_x = :meth:`diagonal` − 2w (ak|ak), floored at a tenth of ε_a − ε_k so that M stays positive
         definite. Applied by Woodbury's identity, M⁻¹ = D_x⁻¹ − D_x⁻¹ U S⁻¹ Uᵀ D_x⁻¹ with S = 1 + Uᵀ D_x⁻¹ U
-        (naux × naux: 2·naux²·nocc·nvir FLOPs, a syrk; inverted once through its Cholesky factor); each
-        application three GEMVs. Inosine/cc-pVDZ: 16 products to the 1e-8 residual against 20 with the diagonal alone
+        (naux × naux: naux²·nocc·nvir FLOPs, a syrk; inverted once through its Cholesky factor); each
+        application 2·channels + 1 GEMVs. None (the solver then divides by :meth:`diagonal`) where some
+        ε_a − ε_k is not positive (a non-aufbau SCF): the floor would not keep M positive definite. Inosine/cc-pVDZ: 16 products to the 1e-8 residual against 20 with the diagonal alone
         (``scripts/bench_zvector.py``)."""
-        exact = self.diagonal()
         gaps = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in self.chans])
+        if np.any(gaps <= 0.0):
+            return None
+        exact = self.diagonal()
         coulomb = np.concatenate([2.0 * ch.weight * np.einsum("qka,qka->ak", ov, ov).ravel()
                                   for ch, ov in zip(self.chans, self.b_ov)])
         dinv = 1.0 / np.maximum(exact - coulomb, 0.1 * gaps)
@@ -152,7 +155,7 @@ class ResponseJK:
 
         def by_ia(v: np.ndarray, c: int) -> np.ndarray:       # channel c's (a, k) slice in B_ov's (i, a) order
             ch = self.chans[c]
-            return v[offsets[c] : offsets[c + 1]].reshape(ch.nvir, -1).T.ravel()
+            return v[offsets[c] : offsets[c + 1]].reshape(ch.nvir, len(ch.occ)).T.ravel()
 
         s = np.zeros((self.naux, self.naux))
         for c, ov in enumerate(self.b_ov):
@@ -163,10 +166,13 @@ class ResponseJK:
         s[np.diag_indices_from(s)] += 1.0
         # S⁻¹ once (naux³ FLOPs), so that each application is NumPy GEMVs only: a SciPy solve per iteration
         # would wait for NumPy's spinning BLAS threads (mp2trn.threads), ~10 ms a call on the 2-core VM
+        # S and the identity passed as their (symmetric) transposes, Fortran-ordered: LAPACK works in place,
+        # no copies (the plan counts S, the identity and the syrk's product)
+        identity = np.eye(self.naux)
         with one_blas_pool("scipy"):
-            s_inv = scipy.linalg.cho_solve(scipy.linalg.cho_factor(s, lower=True, overwrite_a=True, check_finite=False),
-                                           np.eye(self.naux), overwrite_b=True, check_finite=False)
-        del s
+            factor = scipy.linalg.cho_factor(s.T, lower=True, overwrite_a=True, check_finite=False)
+            s_inv = scipy.linalg.cho_solve(factor, identity.T, overwrite_b=True, check_finite=False)
+        del s, factor, identity
 
         def apply(r: np.ndarray) -> np.ndarray:
             y = dinv * r
@@ -174,7 +180,7 @@ class ResponseJK:
             t = s_inv @ t
             for c, (ch, ov) in enumerate(zip(self.chans, self.b_ov)):
                 u = scales[c] * (t @ ov.reshape(self.naux, -1))              # (i, a)
-                y[offsets[c] : offsets[c + 1]] -= dinv[offsets[c] : offsets[c + 1]] * u.reshape(len(ch.occ), -1).T.ravel()
+                y[offsets[c] : offsets[c + 1]] -= dinv[offsets[c] : offsets[c + 1]] * u.reshape(len(ch.occ), ch.nvir).T.ravel()
             return y
         return apply
 

@@ -105,7 +105,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
         # pass 2: the derivative integrals, contracted with the AO "densities" of every fitting function
         per_ao = np.zeros((nao, 3))
         per_aux = np.zeros((naux, 3))
-        dz = np.stack([d_tot.ravel(), z_tot.ravel()])                     # (2, nao²)
+        dz = np.stack([_sym(d_tot).ravel(), _sym(z_tot).ravel()])         # (2, nao²): g + gᵀ's D and Z parts
         for s0, s1 in blocks[comm.rank :: comm.size]:
             p0, p1 = int(loc[s0]), int(loc[s1])
             # g_P = a_P D + b_P Z − 2 Σ_σ w_σ c_Pᵀ C_oᵀ, symmetrised: D and Z are, so their part is a rank-2
