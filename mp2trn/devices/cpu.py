@@ -256,7 +256,7 @@ class CpuDevice(Device):
         k, m = a_t.shape
         if b.shape[1] < m and k >= _LONG_INNER * m:
             # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result; OpenBLAS runs
-            # them 1.1-1.4x faster as (bᵀ a_t)ᵀ (scripts/bench_zvector.py --gemms)
+            # them 1.2-1.4x faster as (bᵀ a_t)ᵀ (scripts/bench_zvector.py --gemms)
             out = np.ascontiguousarray((b.T @ a_t).T)
         else:
             out = a_t.T @ b
@@ -276,7 +276,7 @@ class CpuDevice(Device):
         k, m = a_t.shape
         if k > m:
             # a small a_t (M^Q: nvir × nocc) against every group: one GEMM over a chunk of groups, then its
-            # (m, groups, width) result copied into the row blocks, 1.6x the batched form's rate; the batched
+            # (m, groups, width) result copied into the row blocks, 1.9x the batched form's rate; the batched
             # one stays for k ≤ m (Y^Q: nocc × nvir), where the copy costs more than it saves
             groups = np.shape(b)[1] // width
             out = np.empty((groups, m, width))
