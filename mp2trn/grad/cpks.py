@@ -82,6 +82,7 @@ class ResponseJK:
         self._kept = [self._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
         #: Z-vector products and GEMM launches so far
         self.products = self.launches = 0
+        self._akak: list[np.ndarray] | None = None
 
     def _keep(self, oo: np.ndarray, ov: np.ndarray, vv: np.ndarray) -> dict:
         """The blocks in the layouts the Z-vector's GEMMs contract, handed to the device once (as views of the
@@ -128,11 +129,17 @@ class ResponseJK:
         (ε_a − ε_k) + 2w (ak|ak) − (ak|ak) − (aa|kk) with w the channel's weight — the diagonal of the
         Z-vector's preconditioner (:meth:`preconditioner`)."""
         out = []
-        for ch, oo, ov, vv in zip(self.chans, self.b_oo, self.b_ov, self.b_vv):
-            akak = np.einsum("qka,qka->ak", ov, ov)
+        for ch, oo, vv, akak in zip(self.chans, self.b_oo, self.b_vv, self._exchange_diagonals()):
             aakk = np.einsum("qaa,qkk->ak", vv, oo)
             out.append(((ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]) + (2.0 * ch.weight - 1.0) * akak - aakk).ravel())
         return np.concatenate(out)
+
+    def _exchange_diagonals(self) -> list[np.ndarray]:
+        """(ak|ak) = Σ_Q (B^Q_ka)² per channel, (nvir, nocc), computed once and kept (the diagonal and the
+        preconditioner both read it)."""
+        if self._akak is None:
+            self._akak = [np.einsum("qka,qka->ak", ov, ov) for ov in self.b_ov]
+        return self._akak
 
     def preconditioner(self) -> Callable[[np.ndarray], np.ndarray] | None:
         """M⁻¹ for the Z-vector's PCG (fp64, on the host): M = D_x + U Uᵀ holds the orbital Hessian's Coulomb
@@ -147,8 +154,7 @@ class ResponseJK:
         if np.any(gaps <= 0.0):
             return None
         exact = self.diagonal()
-        coulomb = np.concatenate([2.0 * ch.weight * np.einsum("qka,qka->ak", ov, ov).ravel()
-                                  for ch, ov in zip(self.chans, self.b_ov)])
+        coulomb = np.concatenate([2.0 * ch.weight * akak.ravel() for ch, akak in zip(self.chans, self._exchange_diagonals())])
         dinv = 1.0 / np.maximum(exact - coulomb, 0.1 * gaps)
         offsets = np.cumsum([0] + [ch.nvir * len(ch.occ) for ch in self.chans])
         scales = [np.sqrt(2.0 * ch.weight) for ch in self.chans]

@@ -95,12 +95,6 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     iterations, or with ``stall`` as soon as ‖r‖ exceeds ``stall`` times its lowest value so far."""
     shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
     diag = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in chans])
-    precondition = products.preconditioner()
-    if precondition is None:
-        exact = products.diagonal()
-        scale = diag if exact is None else exact
-        precondition = lambda v: v / scale                          # noqa: E731
-
     def split(v):
         out, k = [], 0
         for n, m in shapes:
@@ -115,6 +109,11 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     norm = float(np.linalg.norm(rhs))
     if norm == 0.0:
         return split(np.zeros_like(rhs)), 0, 0.0
+    precondition = products.preconditioner()          # made only for a solve that takes a product
+    if precondition is None:
+        exact = products.diagonal()
+        scale = diag if exact is None else exact
+        precondition = lambda v: v / scale                          # noqa: E731
     x = np.zeros_like(rhs)
     r = rhs.copy()
     z = precondition(r)
