@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ORGANIC = ROOT / "molecules" / "gpu4pyscf" / "organic"
 MOLECULES = {"inosine": ORGANIC / "031_Inosine.xyz", "penicillin": ORGANIC / "042_Penicillin_V.xyz",
-             "vitaminc": ORGANIC / "020_Vitamin_C.xyz"}
+             "vitaminc": ORGANIC / "020_Vitamin_C.xyz", "water": ROOT / "molecules" / "water.xyz"}
 BASIS, JKBASIS, AUXBASIS, CONV_TOL = "cc-pvdz", "cc-pvdz-jkfit", "cc-pvdz-ri", 1e-10
 BEGIN, END = "<!-- BEGIN bench_gpu4pyscf -->", "<!-- END bench_gpu4pyscf -->"
 
@@ -59,6 +59,33 @@ def gpu4pyscf_worker(xyz: Path, fp_type: str) -> dict:
             "e_scf": e_scf, "e_corr": e_corr, "e_tot": e_scf + e_corr, "nao": mol.nao,
             "import_s": t_import - t_start, "scf_s": t_scf - t_import, "mp2_s": t_mp2 - t_scf,
             "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()}
+
+
+def pyscf_worker(xyz: Path) -> dict:
+    """PySCF's own DF-RHF + DFMP2 on the host's CPU cores, the same problem: the reference energies both GPU
+    engines are held to (its times are this machine's CPU, not a GPU)."""
+    t_start = time.perf_counter()
+    import pyscf
+    from pyscf import df, gto, scf
+    from pyscf.mp import dfmp2
+    t_import = time.perf_counter()
+    mol = gto.M(atom=str(xyz), basis=BASIS, verbose=0)
+    mf = scf.RHF(mol).density_fit(auxbasis=JKBASIS)
+    mf.conv_tol, mf.max_memory = CONV_TOL, 16000
+    e_scf = float(mf.kernel())
+    t_scf = time.perf_counter()
+    mp = dfmp2.DFMP2(mf)
+    mp.with_df, mp.max_memory = df.DF(mol, auxbasis=AUXBASIS), 16000
+    e_corr = float(mp.kernel()[0])
+    t_mp2 = time.perf_counter()
+    return {"engine": "pyscf", "version": pyscf.__version__, "precision": "fp64", "converged": bool(mf.converged),
+            "scf_cycles": int(getattr(mf, "cycles", -1)), "e_scf": e_scf, "e_corr": e_corr, "e_tot": e_scf + e_corr,
+            "nao": mol.nao, "import_s": t_import - t_start, "scf_s": t_scf - t_import, "mp2_s": t_mp2 - t_scf,
+            "gpu": f"none (PySCF on {os.cpu_count()} CPU cores)", "cpu_cores": os.cpu_count()}
+
+
+WORKERS = {"gpu4pyscf": lambda xyz, precision: gpu4pyscf_worker(xyz, precision.upper()),
+           "pyscf": lambda xyz, precision: pyscf_worker(xyz)}
 
 
 #: the benchmark switches of the cuda device: host blocks made ahead of the GPU (mp2trn.overlap), B held in GPU
@@ -109,20 +136,33 @@ def _kept(record: dict, out: Path | None) -> dict:
     return record
 
 
-def run_gpu4pyscf(xyz: Path, precision: str) -> dict:
-    """One GPU4PySCF calculation in a fresh process (this script as its worker)."""
+def run_worker(engine: str, xyz: Path, precision: str) -> dict:
+    """One GPU4PySCF (or PySCF) calculation in a fresh process (this script as its worker). A failed run is
+    kept as a record with its error (the last lines the worker wrote), so the engines that did run still get
+    their rows."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--worker", str(xyz), "--precision", precision],
-                          check=True, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, __file__, "--worker", str(xyz), "--worker-engine", engine,
+                           "--precision", precision], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        tail = [line for line in done.stderr.strip().splitlines() if line.strip()][-3:]
+        print(done.stderr[-4000:], file=sys.stderr)
+        return {"engine": engine, "precision": precision, "error": " / ".join(tail) or f"exit {done.returncode}",
+                "wall_s": time.perf_counter() - t0}
     record = json.loads(done.stdout.strip().splitlines()[-1])
     record["wall_s"] = time.perf_counter() - t0
     return record
 
 
-ENGINES = {"mp2trn": (run_mp2trn, ("fp64", "fp32")), "gpu4pyscf": (run_gpu4pyscf, ("fp64",))}
+#: engine -> (runner, precisions); PySCF only as the CPU reference for the energies ("--engine pyscf", once)
+ENGINES = {"mp2trn": (run_mp2trn, ("fp64", "fp32")),
+           "gpu4pyscf": (lambda xyz, precision: run_worker("gpu4pyscf", xyz, precision), ("fp64", "fp32")),
+           "pyscf": (lambda xyz, precision: run_worker("pyscf", xyz, precision), ("fp64",))}
 
 
-def measure(engines: list[str], molecules: list[str], repeat: int, out: Path | None) -> list[dict]:
+def measure(engines: list[str], molecules: list[str], repeat: int, out: Path | None,
+            gradients: int = 0) -> list[dict]:
+    """Each engine's energies (``repeat`` fresh processes per precision), then ``gradients`` mp2trn fp64
+    gradient runs per molecule."""
     records = []
     for name in molecules:
         for engine in engines:
@@ -131,6 +171,12 @@ def measure(engines: list[str], molecules: list[str], repeat: int, out: Path | N
                 for attempt in range(1, repeat + 1):
                     records.append(_kept({"molecule": name, "run": attempt, **runner(MOLECULES[name], precision)},
                                          out))
+                    if "error" in records[-1]:
+                        break          # the same failure again would only cost GPU time
+        if "mp2trn" in engines:
+            for attempt in range(1, gradients + 1):
+                records.append(_kept({"molecule": name, "run": attempt,
+                                      **run_mp2trn(MOLECULES[name], "fp64", gradient=True)}, out))
     return records
 
 
@@ -138,22 +184,43 @@ def table(records: list[dict]) -> list[str]:
     """Markdown rows: each engine's last (warm) run per molecule and precision, energies against GPU4PySCF's."""
     warm: dict[tuple, dict] = {}
     first: dict[tuple, dict] = {}
-    for r in records:
+    failed = [r for r in records if "error" in r]
+    for r in (r for r in records if "error" not in r and not r.get("gradient")):
         key = (r["molecule"], r["engine"], r["precision"])
         warm[key] = r if key not in warm or r["run"] >= warm[key]["run"] else warm[key]
         first.setdefault(key, r)
     rows = ["| molecule | engine | precision | nao | SCF cycles | SCF (s) | MP2 (s) | process wall, warm (s) | "
-            "first run (s) | E(SCF) (Eh) | E(MP2 corr.) (Eh) | ΔE(total) vs GPU4PySCF (Eh) |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "first run (s) | E(SCF) (Eh) | E(MP2 corr.) (Eh) | ΔE(total) vs GPU4PySCF (Eh) | "
+            "ΔE(total) vs PySCF, CPU (Eh) |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key in sorted(warm):
         r = warm[key]
-        ref = warm.get((r["molecule"], "gpu4pyscf", "fp64"))
-        delta = f"{r['e_tot'] - ref['e_tot']:+.1e}" if ref and ref is not r else "—"
-        rows.append(f"| {r['molecule']} | {r['engine']} {r['version']} | {r['precision']} | {r['nao']} | "
+        deltas = []
+        for engine in ("gpu4pyscf", "pyscf"):
+            ref = warm.get((r["molecule"], engine, "fp64"))
+            deltas.append(f"{r['e_tot'] - ref['e_tot']:+.1e}" if ref and ref is not r else "—")
+        label = f"{r['engine']} {r['version']}" + (" on the CPU" if r["engine"] == "pyscf" else "")
+        rows.append(f"| {r['molecule']} | {label} | {r['precision']} | {r['nao']} | "
                     f"{r['scf_cycles']} | {r['scf_s']:.2f} | {r['mp2_s']:.2f} | {r['wall_s']:.1f} | "
-                    f"{first[key]['wall_s']:.1f} | {r['e_scf']:.8f} | {r['e_corr']:.8f} | {delta} |")
-    gpus = sorted({r["gpu"] for r in records})
-    return rows + ["", f"GPU: {', '.join(gpus)}."]
+                    f"{first[key]['wall_s']:.1f} | {r['e_scf']:.8f} | {r['e_corr']:.8f} | {' | '.join(deltas)} |")
+    gpus = sorted({r["gpu"] for r in records if "gpu" in r and r["engine"] != "pyscf"})
+    notes = [f"- {r['engine']} {r['precision']} on {r['molecule']} failed: {r['error']}" for r in failed]
+    return rows + ([""] + [f"GPU: {', '.join(gpus)}."] if gpus else []) + ([""] + notes if notes else [])
+
+
+def gradient_table(records: list[dict]) -> list[str]:
+    """Markdown rows: mp2trn's gradient runs on the GPU, their stage clocks against the warm energy run's."""
+    energy = {r["molecule"]: r for r in records
+              if r.get("engine") == "mp2trn" and r.get("precision") == "fp64" and not r.get("gradient")}
+    rows = ["| molecule | run | gradient run, stages (s) | of which gradient stages (s) | energy run, stages (s) | "
+            "ratio | process wall (s) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in (r for r in records if r.get("gradient") and not r.get("off")):
+        e = energy.get(r["molecule"])
+        total, e_total = r["timings"]["total"], e["timings"]["total"] if e else float("nan")
+        grad = total - r["timings"]["scf"] - r["timings"]["mp2"]
+        rows.append(f"| {r['molecule']} | {r['run']} | {total:.1f} | {grad:.1f} | {e_total:.2f} | "
+                    f"{total / e_total:.1f}x | {r['wall_s']:.1f} |")
+    return rows if len(rows) > 2 else []
 
 
 def write_docs(rows: list[str], command: str) -> None:
@@ -165,29 +232,32 @@ def write_docs(rows: list[str], command: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engine", choices=[*ENGINES, "both"], default="both")
+    parser.add_argument("--engine", choices=[*ENGINES, "both"], default="both",
+                        help="both: mp2trn and GPU4PySCF on the GPU machine; pyscf: the CPU reference energies")
     parser.add_argument("--molecules", nargs="+", choices=list(MOLECULES), default=["inosine", "penicillin"])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--gradients", type=int, default=0, help="mp2trn fp64 gradient runs per molecule")
     parser.add_argument("--out", type=Path, help="append each record to this JSON-lines file")
     parser.add_argument("--table", nargs="+", type=Path, help="print the table from these JSON-lines files")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--compare", choices=list(SWITCHES), help="mp2trn cuda runs with this switch on and off")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp64", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-engine", choices=list(WORKERS), default="gpu4pyscf", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(gpu4pyscf_worker(args.worker, args.precision.upper())))
+        print(json.dumps(WORKERS[args.worker_engine](args.worker, args.precision)))
         return
     if args.compare:
         switch_records(args.compare, args.molecules[0], args.repeat, args.out)
         return
     if args.table:
         records = [json.loads(line) for path in args.table for line in path.read_text().splitlines() if line.strip()]
-        records = [r for r in records if not r.get("gradient") and not r.get("off") and r.get("overlap", True)]
+        records = [r for r in records if not r.get("off") and r.get("overlap", True)]
     else:
-        engines = list(ENGINES) if args.engine == "both" else [args.engine]
-        records = measure(engines, args.molecules, args.repeat, args.out)
-    rows = table(records)
+        engines = ["mp2trn", "gpu4pyscf"] if args.engine == "both" else [args.engine]
+        records = measure(engines, args.molecules, args.repeat, args.out, args.gradients)
+    rows = table(records) + ([""] + gradient_table(records) if gradient_table(records) else [])
     print("\n".join(rows))
     if args.write_docs:
         write_docs(rows, "python scripts/bench_gpu4pyscf.py" +
