@@ -30,7 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 ORGANIC = ROOT / "molecules" / "gpu4pyscf" / "organic"
 MOLECULES = {"inosine": ORGANIC / "031_Inosine.xyz", "penicillin": ORGANIC / "042_Penicillin_V.xyz",
              "vitaminc": ORGANIC / "020_Vitamin_C.xyz", "water": ROOT / "molecules" / "water.xyz"}
-BASIS, JKBASIS, AUXBASIS, CONV_TOL = "cc-pvdz", "cc-pvdz-jkfit", "cc-pvdz-ri", 1e-10
+BASIS, JKBASIS, AUXBASIS = "cc-pvdz", "cc-pvdz-jkfit", "cc-pvdz-ri"
+#: the SCF's convergence: energy change (Eh) and, where set, orbital gradient (each engine's default otherwise,
+#: PySCF's being √conv_tol); ``--conv-tol``/``--conv-tol-grad`` change both for one invocation
+CONV = {"conv_tol": 1e-10, "conv_tol_grad": None}
+
+
+def _converge(mf) -> None:
+    mf.conv_tol = CONV["conv_tol"]
+    if CONV["conv_tol_grad"]:
+        mf.conv_tol_grad = CONV["conv_tol_grad"]
 BEGIN, END = "<!-- BEGIN bench_gpu4pyscf -->", "<!-- END bench_gpu4pyscf -->"
 
 
@@ -45,7 +54,7 @@ def gpu4pyscf_worker(xyz: Path, fp_type: str) -> dict:
     t_import = time.perf_counter()
     mol = gto.M(atom=str(xyz), basis=BASIS, verbose=0)
     mf = scf.RHF(mol).density_fit(auxbasis=JKBASIS)
-    mf.conv_tol = CONV_TOL
+    _converge(mf)
     e_scf = float(mf.kernel())
     cupy.cuda.Device().synchronize()
     t_scf = time.perf_counter()
@@ -71,7 +80,8 @@ def pyscf_worker(xyz: Path) -> dict:
     t_import = time.perf_counter()
     mol = gto.M(atom=str(xyz), basis=BASIS, verbose=0)
     mf = scf.RHF(mol).density_fit(auxbasis=JKBASIS)
-    mf.conv_tol, mf.max_memory = CONV_TOL, 16000
+    _converge(mf)
+    mf.max_memory = 16000
     e_scf = float(mf.kernel())
     t_scf = time.perf_counter()
     mp = dfmp2.DFMP2(mf)
@@ -102,7 +112,7 @@ def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, off: str | Non
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "mp2trn", "run", str(xyz), "--device", "cuda", "--precision", precision,
                         "--basis", BASIS, "--jkbasis", JKBASIS, "--auxbasis", AUXBASIS, "--frozen-core", "none",
-                        "--conv-tol", str(CONV_TOL), "--json", str(out), "-q", *(["--gradient"] if gradient else [])],
+                        "--conv-tol", str(CONV["conv_tol"]), "--json", str(out), "-q", *(["--gradient"] if gradient else [])],
                        check=True, cwd=ROOT, env=env)
         wall = time.perf_counter() - t0
         doc = json.loads(out.read_text())
@@ -113,7 +123,9 @@ def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, off: str | Non
             "e_corr": props["mp2_correlation_energy"], "e_tot": props["mp2_total_energy"],
             "nao": props["calcinfo_nbasis"], "wall_s": wall, "scf_s": timings["scf"], "mp2_s": timings["mp2"],
             "gpu": extras.get("gpu", "?"), "timings": timings, "off": off, "gradient": gradient,
-            "b_on_device": extras.get("b_on_device")}
+            "b_on_device": extras.get("b_on_device"),
+            "scf_detail": {k: extras["scf"].get(k) for k in ("tensor_seconds", "jk_seconds", "jk_builds",
+                                                              "build_precisions", "tensor", "seconds")}}
 
 
 def switch_records(switch: str, molecule: str, repeat: int, out: Path | None) -> list[dict]:
@@ -127,8 +139,15 @@ def switch_records(switch: str, molecule: str, repeat: int, out: Path | None) ->
     return records
 
 
+def _conv_flags() -> list[str]:
+    return [f"--{k.replace('_', '-')}={v}" for k, v in CONV.items() if v is not None]
+
+
 def _kept(record: dict, out: Path | None) -> dict:
     """Print ``record`` and append it to ``out`` (as it comes, so a killed benchmark keeps what it did)."""
+    stamped = {k: v for k, v in CONV.items() if v is not None and "error" not in record
+               and not (k == "conv_tol_grad" and record.get("engine") == "mp2trn")}   # mp2trn: PySCF's √conv_tol
+    record = {**record, **stamped}
     print(json.dumps(record), flush=True)
     if out:
         with out.open("a") as fh:
@@ -142,7 +161,7 @@ def run_worker(engine: str, xyz: Path, precision: str) -> dict:
     their rows."""
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, __file__, "--worker", str(xyz), "--worker-engine", engine,
-                           "--precision", precision], capture_output=True, text=True, cwd=ROOT)
+                           "--precision", precision, *_conv_flags()], capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         tail = [line for line in done.stderr.strip().splitlines() if line.strip()][-3:]
         print(done.stderr[-4000:], file=sys.stderr)
@@ -186,20 +205,22 @@ def table(records: list[dict]) -> list[str]:
     first: dict[tuple, dict] = {}
     failed = [r for r in records if "error" in r]
     for r in (r for r in records if "error" not in r and not r.get("gradient")):
-        key = (r["molecule"], r["engine"], r["precision"])
+        key = (r["molecule"], r["engine"], r["precision"], r.get("conv_tol", 1e-10), r.get("conv_tol_grad"))
         warm[key] = r if key not in warm or r["run"] >= warm[key]["run"] else warm[key]
         first.setdefault(key, r)
     rows = ["| molecule | engine | precision | nao | SCF cycles | SCF (s) | MP2 (s) | process wall, warm (s) | "
             "first run (s) | E(SCF) (Eh) | E(MP2 corr.) (Eh) | ΔE(total) vs GPU4PySCF (Eh) | "
             "ΔE(total) vs PySCF, CPU (Eh) |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for key in sorted(warm):
+    for key in sorted(warm, key=lambda k: (*k[:3], -k[3], k[4] or 0.0)):   # the default tolerance first
         r = warm[key]
         deltas = []
         for engine in ("gpu4pyscf", "pyscf"):
-            ref = warm.get((r["molecule"], engine, "fp64"))
+            ref = warm.get((r["molecule"], engine, "fp64", *key[3:]))
             deltas.append(f"{r['e_tot'] - ref['e_tot']:+.1e}" if ref and ref is not r else "—")
         label = f"{r['engine']} {r['version']}" + (" on the CPU" if r["engine"] == "pyscf" else "")
+        if key[3:] != (1e-10, None):
+            label += f", SCF to {key[3]:g} Eh" + (f" / gradient {key[4]:g}" if key[4] else "")
         rows.append(f"| {r['molecule']} | {label} | {r['precision']} | {r['nao']} | "
                     f"{r['scf_cycles']} | {r['scf_s']:.2f} | {r['mp2_s']:.2f} | {r['wall_s']:.1f} | "
                     f"{first[key]['wall_s']:.1f} | {r['e_scf']:.8f} | {r['e_corr']:.8f} | {' | '.join(deltas)} |")
@@ -243,8 +264,11 @@ def main() -> None:
     parser.add_argument("--compare", choices=list(SWITCHES), help="mp2trn cuda runs with this switch on and off")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp64", help=argparse.SUPPRESS)
+    parser.add_argument("--conv-tol", type=float, default=CONV["conv_tol"], help="the SCF's energy convergence (Eh)")
+    parser.add_argument("--conv-tol-grad", type=float, help="the SCF's orbital-gradient convergence (GPU4PySCF, PySCF)")
     parser.add_argument("--worker-engine", choices=list(WORKERS), default="gpu4pyscf", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    CONV.update(conv_tol=args.conv_tol, conv_tol_grad=args.conv_tol_grad)
     if args.worker:
         print(json.dumps(WORKERS[args.worker_engine](args.worker, args.precision)))
         return
