@@ -41,6 +41,7 @@ class ScfOptions:
 
     density_fit: bool = True
     conv_tol: float = 1e-10
+    conv_tol_grad: float | None = None   # orbital-gradient threshold; None: PySCF's √conv_tol
     max_cycle: int = 100
     jk: str = "auto"
     lindep: float | None = None  # canonical orthogonalisation threshold (None: refuse a singular overlap)
@@ -137,6 +138,7 @@ class RunOptions:
     scf_df: bool = True
     jkbasis: str | None = None
     conv_tol: float = 1e-10
+    conv_tol_grad: float | None = None
     max_cycle: int = 100
     scf_jk: str = "auto"
     lindep: float | None = None
@@ -158,6 +160,8 @@ class RunOptions:
             raise InputError(f"--memory must be a positive number of MB, got {self.max_memory}")
         if not self.conv_tol > 0:
             raise InputError(f"--conv-tol must be positive, got {self.conv_tol}")
+        if self.conv_tol_grad is not None and not self.conv_tol_grad > 0:
+            raise InputError(f"--conv-tol-grad must be positive, got {self.conv_tol_grad}")
         if self.max_cycle < 1:
             raise InputError(f"--scf-max-cycle must be at least 1, got {self.max_cycle}")
         if self.lindep is not None and not 0 < self.lindep < 1e-2:
@@ -223,7 +227,7 @@ class RunOptions:
     @property
     def scf(self) -> ScfOptions:
         """The SCF's share of the options."""
-        return ScfOptions(density_fit=self.scf_df, conv_tol=self.conv_tol,
+        return ScfOptions(density_fit=self.scf_df, conv_tol=self.conv_tol, conv_tol_grad=self.conv_tol_grad,
                           max_cycle=self.max_cycle, jk=self.scf_jk, lindep=self.lindep,
                           xc=get_method(self.method).xc, grid=self.grid, reference=self.reference)
 

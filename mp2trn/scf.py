@@ -84,6 +84,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
         if on_device:
             density_fit_jk(mf, device=device, max_memory=mf.max_memory, comm=comm)
     mf.conv_tol = options.conv_tol
+    mf.conv_tol_grad = options.conv_tol_grad   # None: PySCF takes √conv_tol
     mf.max_cycle = options.max_cycle
     mf.verbose = 0
     last: dict = {}
@@ -94,6 +95,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
             mf.kernel(dm0=dm0)
             check_converged(mf)
             _canonical_orbitals(mf, last)
+            mf.mp2trn_convergence = last.get("convergence")   # the converged cycle's test, for scf_record
     finally:
         if isinstance(getattr(mf, "with_df", None), DeviceJK):
             # the device copy of the tensor is not needed after the SCF; its host rows are, by the gradient's
@@ -136,6 +138,9 @@ def check_overlap(mol: gto.Mole, lindep: float | None) -> None:
 
 def _after_cycle(envs: dict, max_cycle: int, progress: Progress | None, last: dict) -> None:
     check_stopped()  # a signal whose exception PySCF's code swallowed still ends the run here
+    last["convergence"] = {"conv_tol": float(envs["conv_tol"]), "conv_tol_grad": float(envs["conv_tol_grad"]),
+                           "energy_change": abs(float(envs["e_tot"]) - float(envs["last_hf_e"])),
+                           "orbital_gradient": float(envs["norm_gorb"])}
     if envs.get("scf_conv"):   # the converged cycle's Fock matrix F(D) (no DIIS, no level shift)
         last.update(fock=envs["fock"], s1e=envs["s1e"], x_orth=envs.get("x_orth"))
     if progress is not None:
@@ -176,6 +181,10 @@ def scf_record(mf, seconds: float, lindep: float | None = None) -> dict:
         record = {"jk": "pyscf (host, fp64)" if with_df is not None else "pyscf (host, conventional integrals)",
                   "device": "host", "cycles": int(getattr(mf, "cycles", 0) or 0)}
     record["seconds"] = seconds
+    if getattr(mf, "mp2trn_convergence", None):
+        # the converged cycle's |ΔE| and orbital-gradient norm against their thresholds: the MP2 energy is
+        # not stationary in the orbitals, so its error follows the orbital gradient linearly (docs/precision.md)
+        record["convergence"] = mf.mp2trn_convergence
     if isinstance(mf, dft.rks.KohnShamDFT):
         grids = mf.grids
         record["xc"] = mf.xc

@@ -19,6 +19,7 @@ from .conftest import molecule_path
 @pytest.mark.parametrize("changes,message", [
     ({"max_memory": -3}, "--memory must be a positive number of MB"),
     ({"conv_tol": 0}, "--conv-tol must be positive"),
+    ({"conv_tol_grad": 0.0}, "--conv-tol-grad must be positive"),
     ({"max_cycle": 0}, "--scf-max-cycle must be at least 1"),
     ({"unit": "furlong"}, "unknown unit"),
     ({"frozen": "lots"}, "--frozen-core 'lots'"),
@@ -96,3 +97,27 @@ def test_device_interface_has_what_the_host_asks():
     auto = get_device("auto")
     assert isinstance(auto, Device) and "auto picked" in auto.what_ran()["device_selection"]
     assert "device_selection" not in cpu.what_ran()
+
+
+def test_orbital_gradient_threshold_reaches_the_scf_and_its_record():
+    """--conv-tol-grad is PySCF's conv_tol_grad; the run records the converged cycle's |ΔE| and orbital
+    gradient against the thresholds, and converged that tightly the MP2 energy is PySCF's tightly converged
+    one (the MP2 energy follows the orbital gradient linearly, so both must stop at the same tight point)."""
+    import mp2trn
+    from pyscf import df, gto, scf
+    from pyscf.mp import dfmp2
+
+    path = molecule_path("water")
+    res = mp2trn.run(path, conv_tol=1e-12, conv_tol_grad=1e-9)
+    conv = res.scf["convergence"]
+    assert conv["conv_tol"] == 1e-12 and conv["conv_tol_grad"] == 1e-9
+    assert conv["orbital_gradient"] < 1e-9 and conv["energy_change"] < 1e-12
+    default = mp2trn.run(path).scf["convergence"]
+    assert default["conv_tol_grad"] == pytest.approx(1e-5)          # PySCF's √conv_tol
+    mol = gto.M(atom=str(path), basis="cc-pvdz", verbose=0)
+    mf = scf.RHF(mol).density_fit(auxbasis="cc-pvdz-jkfit")
+    mf.conv_tol, mf.conv_tol_grad = 1e-12, 1e-9
+    mf.kernel()
+    pt = dfmp2.DFMP2(mf)
+    pt.with_df = df.DF(mol, auxbasis="cc-pvdz-ri")
+    assert abs(res.e_corr - pt.kernel()[0]) < 1e-10

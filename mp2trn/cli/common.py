@@ -104,6 +104,9 @@ JkBasis = Annotated[Optional[str], typer.Option("--jkbasis", help=(
     "JK-fit basis of the SCF (default: the JK partner of --basis, else def2-universal-jkfit; ORCA's def2/JK "
     "and Psi4's names too)."))]
 ConvTol = Annotated[float, typer.Option("--conv-tol", help="SCF energy convergence threshold (Eh).")]
+ConvTolGrad = Annotated[Optional[float], typer.Option("--conv-tol-grad", help=(
+    "SCF orbital-gradient convergence threshold (default: √conv-tol, PySCF's). The MP2 energy is not stationary "
+    "in the orbitals: tighten it (e.g. 1e-8) for energies compared below 1 µEh."))]
 MaxCycle = Annotated[int, typer.Option(
     "--scf-max-cycle", help="SCF iterations before giving up (an error, never MP2 on top).")]
 Lindep = Annotated[Optional[float], typer.Option(
@@ -137,6 +140,7 @@ def _run_flags(
     scf_df: ScfDf = DEFAULTS.scf_df,
     jkbasis: JkBasis = None,
     conv_tol: ConvTol = DEFAULTS.conv_tol,
+    conv_tol_grad: ConvTolGrad = None,
     max_cycle: MaxCycle = DEFAULTS.max_cycle,
     scf_jk: ScfJk = DEFAULTS.scf_jk,
     lindep: Lindep = None,

@@ -251,6 +251,9 @@ def scf_summary(scf: dict) -> str:
     runs = precision_runs(scf.get("precision_per_cycle", []))
     text = scf["jk"] + (": " + runs if runs else "")
     text += f", {scf['cycles']} cycles"
+    if scf.get("convergence"):
+        conv = scf["convergence"]
+        text += f", orbital gradient {conv['orbital_gradient']:.1e} (< {conv['conv_tol_grad']:.0e})"
     if scf.get("jk_seconds_per_build"):
         text += f", {scf['jk_seconds_per_build']:.3g} s per J/K build"
     if scf.get("seconds_per_cycle"):

@@ -30,7 +30,7 @@ GAU_MAX_GRADIENT = 4.5e-4
 GAU_RMS_GRADIENT = 3.0e-4
 #: the RunOptions fields that change a gradient: a store of points belongs to one set of them
 _GRADIENT_SETTINGS = ("method", "basis", "auxbasis", "ecp", "cartesian", "charge", "multiplicity", "unit", "frozen",
-                      "scf_df", "jkbasis", "conv_tol", "lindep", "precision", "target")
+                      "scf_df", "jkbasis", "conv_tol", "conv_tol_grad", "lindep", "precision", "target")
 
 
 @dataclass
