@@ -18,7 +18,7 @@ What an input may say (everything else is an InputError naming what is accepted)
 - ``specification.keywords``: :data:`KEYWORDS` — ``device``, ``precision``, ``frozen_core`` (or
   ``frozen``), ``memory`` (MB), ``target``, ``df_basis_mp2`` (or ``auxbasis``), ``df_basis_scf`` (or
   ``jkbasis``) (Psi4's names such as ``def2-svp-ri`` mean what they mean in Psi4), ``conv_tol``,
-  ``max_cycle``, ``scf_jk``, ``lindep``, ``ecp`` (auto/none/a name),
+  ``conv_tol_grad``, ``max_cycle``, ``scf_jk``, ``lindep``, ``ecp`` (auto/none/a name),
   ``cartesian`` (or QCSchema's ``puream``, its opposite), ``dft_grid`` (or ``grid``), ``reference`` (``rhf``,
   ``uhf`` or ``rohf``, as Psi4 spells it, any case; default RHF for closed shells, UHF for open shells).
 - the molecule: symbols, geometry (bohr, as QCSchema stores it), ``real`` flags (ghost atoms),

@@ -156,7 +156,7 @@ def _canonical_orbitals(mf, last: dict) -> None:
     test (|ΔE| < conv_tol and |g| < conv_tol_grad) is final: the orbitals and orbital energies are the
     ones PySCF returns, the energy is the converged cycle's (it differs from PySCF's confirming cycle's
     by less than conv_tol), and the J/K build of that extra cycle is saved."""
-    if not last:
+    if "fock" not in last:
         return
     mo_energy, mo_coeff = mf.eig(last["fock"], last["s1e"], x=last["x_orth"])
     mf.mo_energy, mf.mo_coeff = mo_energy, mo_coeff

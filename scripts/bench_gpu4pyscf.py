@@ -110,11 +110,16 @@ def run_mp2trn(xyz: Path, precision: str, gradient: bool = False, off: str | Non
         out = Path(tmp) / "run.json"
         env = {**os.environ, **{var: "0" if name == off else "1" for name, var in SWITCHES.items()}}
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "mp2trn", "run", str(xyz), "--device", "cuda", "--precision", precision,
-                        "--basis", BASIS, "--jkbasis", JKBASIS, "--auxbasis", AUXBASIS, "--frozen-core", "none",
-                        "--conv-tol", str(CONV["conv_tol"]), "--json", str(out), "-q", *(["--gradient"] if gradient else [])],
-                       check=True, cwd=ROOT, env=env)
+        done = subprocess.run([sys.executable, "-m", "mp2trn", "run", str(xyz), "--device", "cuda", "--precision",
+                               precision, "--basis", BASIS, "--jkbasis", JKBASIS, "--auxbasis", AUXBASIS,
+                               "--frozen-core", "none", *_conv_flags(), "--json", str(out), "-q",
+                               *(["--gradient"] if gradient else [])],
+                              capture_output=True, text=True, cwd=ROOT, env=env)
         wall = time.perf_counter() - t0
+        if done.returncode != 0:   # mp2trn's CLI prints one line on failure
+            print(done.stderr[-4000:], file=sys.stderr)
+            return {"engine": "mp2trn", "precision": precision, "gradient": gradient, "off": off, "wall_s": wall,
+                    "error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
         doc = json.loads(out.read_text())
     props, extras = doc["properties"], doc["extras"]["mp2trn"]
     timings = extras["timings"]
@@ -145,9 +150,7 @@ def _conv_flags() -> list[str]:
 
 def _kept(record: dict, out: Path | None) -> dict:
     """Print ``record`` and append it to ``out`` (as it comes, so a killed benchmark keeps what it did)."""
-    stamped = {k: v for k, v in CONV.items() if v is not None and "error" not in record
-               and not (k == "conv_tol_grad" and record.get("engine") == "mp2trn")}   # mp2trn: PySCF's √conv_tol
-    record = {**record, **stamped}
+    record = {**record, **{k: v for k, v in CONV.items() if v is not None and "error" not in record}}
     print(json.dumps(record), flush=True)
     if out:
         with out.open("a") as fh:
@@ -232,10 +235,11 @@ def table(records: list[dict]) -> list[str]:
 def gradient_table(records: list[dict]) -> list[str]:
     """Markdown rows: mp2trn's gradient runs on the GPU, their stage clocks against the warm energy run's."""
     energy = {r["molecule"]: r for r in records
-              if r.get("engine") == "mp2trn" and r.get("precision") == "fp64" and not r.get("gradient")}
+              if r.get("engine") == "mp2trn" and r.get("precision") == "fp64" and not r.get("gradient")
+              and "error" not in r}
     rows = ["| molecule | run | gradient run, stages (s) | of which gradient stages (s) | energy run, stages (s) | "
             "ratio | process wall (s) |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in (r for r in records if r.get("gradient") and not r.get("off")):
+    for r in (r for r in records if r.get("gradient") and not r.get("off") and "error" not in r):
         e = energy.get(r["molecule"])
         total, e_total = r["timings"]["total"], e["timings"]["total"] if e else float("nan")
         grad = total - r["timings"]["scf"] - r["timings"]["mp2"]
@@ -265,7 +269,7 @@ def main() -> None:
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp64", help=argparse.SUPPRESS)
     parser.add_argument("--conv-tol", type=float, default=CONV["conv_tol"], help="the SCF's energy convergence (Eh)")
-    parser.add_argument("--conv-tol-grad", type=float, help="the SCF's orbital-gradient convergence (GPU4PySCF, PySCF)")
+    parser.add_argument("--conv-tol-grad", type=float, help="the SCF's orbital-gradient convergence (default: √conv-tol)")
     parser.add_argument("--worker-engine", choices=list(WORKERS), default="gpu4pyscf", help=argparse.SUPPRESS)
     args = parser.parse_args()
     CONV.update(conv_tol=args.conv_tol, conv_tol_grad=args.conv_tol_grad)

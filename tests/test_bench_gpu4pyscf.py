@@ -58,3 +58,13 @@ def test_the_docs_table_is_what_the_committed_records_give(bench):
     block = docs[docs.index(bench.BEGIN):docs.index(bench.END)]
     for row in bench.table(records) + bench.gradient_table(records):
         assert row in block
+
+
+def test_a_failed_mp2trn_run_is_a_record_not_an_abort(bench, monkeypatch):
+    """A run that fails (here: no GPU on this machine, or a bad flag) comes back as an error record with
+    mp2trn's one-line message; the tables list it and skip it."""
+    monkeypatch.setitem(bench.CONV, "conv_tol", -1.0)         # mp2trn refuses it before any GPU is asked for
+    record = {"molecule": "water", "run": 1, **bench.run_mp2trn(bench.MOLECULES["water"], "fp64", gradient=True)}
+    assert "--conv-tol must be positive" in record["error"]
+    assert any("failed: error: --conv-tol must be positive" in r for r in bench.table([record]))
+    assert bench.gradient_table([record]) == []

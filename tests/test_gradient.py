@@ -56,7 +56,8 @@ def finite_difference(mol: gto.Mole, h: float = 1e-3, atoms=None, **options) -> 
     (WATER, 0, {"frozen": "auto"}),
     (HYDROXYL, 1, {"frozen": "auto"}),
     (WATER, 0, {"method": "scs-mp2"}),
-    # SOS on UHF (19 s): UHF is checked by hydroxyl-uhf-fc and a scaled method by water-scs; -m slow
+    # SOS on UHF (19 s, -m slow): UHF is checked by hydroxyl-uhf-fc, a scaled method by water-scs, and the
+    # unrestricted gradient without same-spin pairs by tests/test_rohf_gradient.py's hydroxyl-sos-fc
     pytest.param(HYDROXYL, 1, {"method": "sos-mp2"}, marks=pytest.mark.slow),
 ], ids=["water-rhf-fc", "hydroxyl-uhf-fc", "water-scs", "hydroxyl-uhf-sos"])
 def test_gradient_matches_finite_differences(atom, spin, options):
@@ -102,7 +103,6 @@ def _df_rhf(mol: gto.Mole, field=None) -> scf.hf.RHF:
     return df_scf_in_field(scf.RHF, mol, "cc-pvdz-jkfit", field)
 
 
-@pytest.mark.slow   # 23 s; test_relaxed_dipole_against_pyscf_conventional_finite_field checks the same in 5 s
 def test_relaxed_dipole_is_the_field_derivative_of_the_energy():
     """μ_el = −dE/dF with h + F·r (5-point, F = 1e-3 au): the relaxed density's electronic dipole."""
     mol = mole(WATER)

@@ -214,7 +214,6 @@ def test_optimize_over_two_ranks_reaches_the_one_rank_minimum(tmp_path, water_mi
 
 
 
-@pytest.mark.slow   # 21 s; ghost atoms' gradient rows: tests/test_gradient.py::test_ghost_atoms_carry_only_their_basis_functions
 def test_ghost_atoms_stay_in_place(tmp_path):
     xyz = tmp_path / "water_ghost.xyz"
     xyz.write_text("4\nwater and a ghost helium\nO 0 0 0.1173\nH 0 0.7572 -0.4692\nH 0 -0.7572 -0.4692\n"
