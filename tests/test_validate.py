@@ -133,10 +133,12 @@ def test_fast_subset_fp64_and_fp32_pass_and_write_csv_json_markdown_png(tmp_path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # fp32 into the same folder: its own files, and the plot now shows both runs
-    res = invoke("--only", "water/cc-pvdz,hydroxyl", "--precision", "fp32", "--out", out, "--no-conventional")
+    res = invoke("--only", "water/cc-pvdz,hydroxyl", "--precision", "fp32", "--out", out, "--no-conventional",
+                 "--conv-tol-grad", "1e-7")
     assert res.exit_code == 0, res.output
     doc32 = _doc(out, "validate_default_cpu_fp32")
     assert doc32["tolerance"] == 1e-6
+    assert doc32["options"]["conv_tol_grad"] == 1e-7 and doc["options"]["conv_tol_grad"] is None
     for r in doc32["rows"]:
         assert r["precision"] == "fp32" and r["passed"] and 0 < r["abs_diff"] <= 1e-6
         assert r["df_error"] is None and r["t_conventional"] is None

@@ -19,7 +19,7 @@ import typer
 from ..errors import InputError
 from ..files import check_output_dir
 from ..options import DEFAULTS, parse_frozen
-from .common import (AuxBasis, ConvTol, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
+from .common import (AuxBasis, ConvTol, ConvTolGrad, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
                      ScratchDir, TargetFlag,
                      app, cli_errors, console, err_console, options_from_flags)
 
@@ -43,6 +43,7 @@ def validate(
     scf_df: ScfDf = DEFAULTS.scf_df,
     jkbasis: JkBasis = None,
     conv_tol: ConvTol = DEFAULTS.conv_tol,
+    conv_tol_grad: ConvTolGrad = None,
     max_cycle: MaxCycle = DEFAULTS.max_cycle,
     memory: Memory = None,
     target: TargetFlag = None,
