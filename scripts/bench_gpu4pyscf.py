@@ -12,7 +12,8 @@ electrons correlated, SCF converged to 1e-10 Eh. Every calculation is a fresh pr
 (process wall, imports and CUDA start included) and inside (SCF and MP2 stages, each engine's own clock);
 each case runs ``--repeat`` times so the first run's one-off costs (CUDA context, kernel compilation and
 caches) show next to the warm ones. GPU4PySCF (``gpu4pyscf-cuda12x``/``-cuda13x``) is not a dependency of
-mp2trn: install it beside it on the GPU machine. A benchmark, not a test.
+mp2trn: install it beside it on the GPU machine (where nothing can be fetched: ``scripts/pack_gpu4pyscf.py``).
+A benchmark, not a test.
 """
 
 from __future__ import annotations
