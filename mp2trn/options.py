@@ -106,8 +106,8 @@ class RunOptions:
     reference: the SCF determinant — "rhf", "uhf" or "rohf" (ROHF-MBPT(2): semicanonical ROHF orbitals and
     the singles energy); None: RHF for closed shells, UHF for open shells.
     unit: "angstrom" or "bohr". frozen: see :data:`Frozen` (normalised by :func:`parse_frozen`).
-    scf_df, conv_tol, conv_tol_grad (None: √conv_tol), max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`); jkbasis: its JK-fit basis (None: the
-    rules of :mod:`mp2trn.basis`); scf_jk: where its
+    scf_df, conv_tol, conv_tol_grad (None: √conv_tol), max_cycle: the SCF (:class:`~mp2trn.scf.ScfOptions`);
+    jkbasis: its JK-fit basis (None: the rules of :mod:`mp2trn.basis`); scf_jk: where its
     J/K builds run — "auto" (the device when it has a J/K stage, else PySCF's), "device" or "pyscf";
     lindep: canonical orthogonalisation threshold for a linearly dependent basis (None: refuse one).
     device: "cpu", "cuda", "sim", "neuron", "auto" or a Device object; precision: None → the device's

@@ -51,8 +51,8 @@ DRIVERS = ("energy", "gradient", "properties", "hessian")
 KEYWORDS = {
     "device": "device", "precision": "precision", "frozen_core": "frozen", "frozen": "frozen",
     "memory": "max_memory", "max_memory": "max_memory", "target": "target", "df_basis_mp2": "auxbasis",
-    "auxbasis": "auxbasis", "df_basis_scf": "jkbasis", "jkbasis": "jkbasis", "conv_tol": "conv_tol", "conv_tol_grad": "conv_tol_grad",
-    "max_cycle": "max_cycle", "scf_jk": "scf_jk", "lindep": "lindep", "scf_df": "scf_df",
+    "auxbasis": "auxbasis", "df_basis_scf": "jkbasis", "jkbasis": "jkbasis", "conv_tol": "conv_tol",
+    "conv_tol_grad": "conv_tol_grad", "max_cycle": "max_cycle", "scf_jk": "scf_jk", "lindep": "lindep", "scf_df": "scf_df",
     "ecp": "ecp", "cartesian": "cartesian", "puream": "spherical", "dft_grid": "grid", "grid": "grid",
     "reference": "reference",
 }

@@ -35,13 +35,14 @@ BASIS, JKBASIS, AUXBASIS = "cc-pvdz", "cc-pvdz-jkfit", "cc-pvdz-ri"
 #: the SCF's convergence: energy change (Eh) and, where set, orbital gradient (each engine's default otherwise,
 #: PySCF's being √conv_tol); ``--conv-tol``/``--conv-tol-grad`` change both for one invocation
 CONV = {"conv_tol": 1e-10, "conv_tol_grad": None}
+BEGIN, END = "<!-- BEGIN bench_gpu4pyscf -->", "<!-- END bench_gpu4pyscf -->"
 
 
 def _converge(mf) -> None:
+    """The invocation's convergence settings (:data:`CONV`) on a PySCF or GPU4PySCF mean-field object."""
     mf.conv_tol = CONV["conv_tol"]
     if CONV["conv_tol_grad"]:
         mf.conv_tol_grad = CONV["conv_tol_grad"]
-BEGIN, END = "<!-- BEGIN bench_gpu4pyscf -->", "<!-- END bench_gpu4pyscf -->"
 
 
 def gpu4pyscf_worker(xyz: Path, fp_type: str) -> dict:
@@ -146,6 +147,7 @@ def switch_records(switch: str, molecule: str, repeat: int, out: Path | None) ->
 
 
 def _conv_flags() -> list[str]:
+    """:data:`CONV` as command-line flags (mp2trn's and this script's worker's are the same)."""
     return [f"--{k.replace('_', '-')}={v}" for k, v in CONV.items() if v is not None]
 
 

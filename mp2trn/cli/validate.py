@@ -19,8 +19,8 @@ import typer
 from ..errors import InputError
 from ..files import check_output_dir
 from ..options import DEFAULTS, parse_frozen
-from .common import (AuxBasis, ConvTol, ConvTolGrad, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag, Quiet, ScfDf,
-                     ScratchDir, TargetFlag,
+from .common import (AuxBasis, ConvTol, ConvTolGrad, DeviceFlag, JkBasis, MaxCycle, Memory, PrecisionFlag,
+                     Quiet, ScfDf, ScratchDir, TargetFlag,
                      app, cli_errors, console, err_console, options_from_flags)
 
 

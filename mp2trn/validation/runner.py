@@ -65,7 +65,8 @@ class ValidationConfig:
         o = self.options
         return {"device": o.device_name, "precision": o.precision, "basis": self.basis, "auxbasis": o.auxbasis,
                 "frozen": self.frozen, "scf_df": o.scf_df, "jkbasis": o.jkbasis, "conv_tol": o.conv_tol,
-                "conv_tol_grad": o.conv_tol_grad, "max_cycle": o.max_cycle, "max_memory": o.max_memory, "tolerance": self.tolerance,
+                "conv_tol_grad": o.conv_tol_grad, "max_cycle": o.max_cycle, "max_memory": o.max_memory,
+                "tolerance": self.tolerance,
                 "conventional": self.conventional, "pyscf_check": self.pyscf_check}
 
 
