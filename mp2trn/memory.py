@@ -29,6 +29,19 @@ _MAX_PAIR_ROWS = 4096
 # AO-integral blocks beyond this size only cost page faults and cache misses (measured: one 2 GB block
 # made the transform of Vitamin C/cc-pVTZ 3x slower than blocks of ~200 MB)
 _MAX_AO_BLOCK_BYTES = 256e6
+# the gradient's fitting-basis and JK-fit derivative passes hold about eight such squares per fitting
+# function (integrals, the AO 2PDM and its symmetrised copy, three derivative components): blocks of half
+# the energy's cap (:func:`ao_block_cap`). Inosine/cc-pVDZ's gradient on 2 cores: one block of the whole
+# budget (1105 RI and 1606 JK-fit functions at the default 14 GB) took 13.4 s and 16.9 s in the two
+# passes, blocks of 301 functions 10.4 and 9.1 s, of 150 functions 7.4 and 9.0 s (docs/benchmarks.md,
+# "Analytic gradients")
+MAX_GRADIENT_BLOCK_BYTES = 128e6
+
+
+def ao_block_cap(nao: int, max_shell: int, cap_bytes: float = _MAX_AO_BLOCK_BYTES) -> int:
+    """Fitting functions per block of AO integrals at most (one nao² fp64 square each): ``cap_bytes`` of
+    them, or one shell where a shell is larger."""
+    return max(max_shell, int(cap_bytes // (nao * nao * 8)))
 
 
 def _mb(nbytes: float) -> str:
@@ -199,7 +212,7 @@ def plan_blocks(
             f"memory budget {_mb(budget_mb * MB)} is too small for one block of AO integrals "
             f"({_mb(need)} needed at least); raise --memory"
         )
-    aux_block = min(aux_block, naux, max(max_aux_shell, int(_MAX_AO_BLOCK_BYTES // (nao * nao * 8))))
+    aux_block = min(aux_block, naux, ao_block_cap(nao, max_aux_shell))
 
     # one pair block: B_I and B_J (+ working copies) and the T block ni·nv × nj·nv
     def pair_bytes(n: int) -> float:
@@ -426,7 +439,7 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     ri_block = int(free_ri // per_aux) if free_ri > 0 else 0
     if ri_block < sizes.max_aux_shell:
         return f"fitting-basis pass (one block of {sizes.max_aux_shell} RI functions)"
-    ri_block = min(ri_block, naux)
+    ri_block = min(ri_block, naux, ao_block_cap(nao, sizes.max_aux_shell, MAX_GRADIENT_BLOCK_BYTES))
     stage["fitting_basis_pass"] = small + (g_bytes if incore else 0.0) + ri_block * per_aux
 
     # 4. the orbital response: the MO blocks of the JK-fit tensor (with the packed tensor, its Z-vector
@@ -457,7 +470,7 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     if free_jk < max(per_col, sizes.max_jk_shell * per_jk_aux):
         return f"JK-fit derivative pass (one block of {sizes.max_jk_shell} JK-fit functions)"
     jk_columns = min(nocc, int(free_jk // per_col))
-    jk_block = min(naux_jk, int(free_jk // per_jk_aux))
+    jk_block = min(naux_jk, int(free_jk // per_jk_aux), ao_block_cap(nao, sizes.max_jk_shell, MAX_GRADIENT_BLOCK_BYTES))
     stage["derivative_integrals"] = small + jk_fixed + (half if half_incore else 0.0) + \
         max(jk_columns * per_col, jk_block * per_jk_aux)
     return GradientPlan(budget_mb, b_plan, incore, strip, pair, metric_cols, ri_block, response_factors, chunk_mb,

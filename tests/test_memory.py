@@ -146,6 +146,23 @@ def test_gradient_plan_streams_b_in_pairs_when_one_spin_does_not_fit():
         plan_gradient(sizes, 0.97 * smallest)
 
 
+def test_gradient_integral_blocks_are_capped_whatever_the_budget():
+    """The fitting-basis and JK-fit derivative passes take blocks of at most MAX_GRADIENT_BLOCK_BYTES of
+    nao² squares (a whole-budget block was slower, from page faults), fewer when the budget is small, and
+    never less than one shell."""
+    from mp2trn.memory import MAX_GRADIENT_BLOCK_BYTES, ChannelShape, GradientSizes, plan_gradient
+
+    sizes = GradientSizes(nao=326, naux=1232, max_aux_shell=7, naux_jk=1606, max_jk_shell=9,
+                          channels=(ChannelShape(70, 70, 256),), itemsize=8)
+    cap = int(MAX_GRADIENT_BLOCK_BYTES // (326 * 326 * 8))
+    large, small = plan_gradient(sizes, 64000), plan_gradient(sizes, 600)
+    assert large.ri_aux_block == large.jk_aux_block == cap < 1232
+    assert 7 <= small.ri_aux_block < cap and 9 <= small.jk_aux_block < cap
+    huge = GradientSizes(nao=4000, naux=9000, max_aux_shell=11, naux_jk=12000, max_jk_shell=13,
+                         channels=(ChannelShape(300, 300, 3700),), itemsize=8)
+    assert plan_gradient(huge, 2e6).jk_aux_block == 13     # one shell beats the cap
+
+
 def test_gradient_plan_fits_the_strips_into_a_device_memory():
     """A device with its own memory (Device.memory_mb) smaller than one spin's B makes the sweep read B in
     pairs of occupied blocks even when the host budget keeps everything in memory."""

@@ -24,7 +24,7 @@ from pyscf import df, dft
 from ..devices import Device
 from ..df import build_df, largest_shell, quiet_pyscf
 from ..errors import InputError, ResourceError
-from ..memory import ChannelShape, GradientPlan, GradientSizes, plan_gradient
+from ..memory import MAX_GRADIENT_BLOCK_BYTES, ChannelShape, GradientPlan, GradientSizes, ao_block_cap, plan_gradient
 from ..options import LINDEP_GRADIENT, Frozen
 from ..orbitals import SpinOrbitals, is_uhf, reference_orbitals, select_frozen
 from ..parallel import Comm
@@ -313,7 +313,7 @@ def _aux_block(nao: int, max_shell: int, max_memory: float) -> int:
     if block < max_shell:
         need = math.ceil(max_shell * per_aux / 0.4 / 1e6)
         raise ResourceError(f"the gradient's fitting-basis pass needs {need} MB for its smallest block; raise --memory")
-    return block
+    return min(block, ao_block_cap(nao, max_shell, MAX_GRADIENT_BLOCK_BYTES))
 
 
 def _jk_where(mf) -> str:
