@@ -58,7 +58,7 @@ def test_device_products_equal_host_fp64_ones(system, device, precision, tol):
             assert np.max(np.abs(a - b)) < tol * np.max(np.abs(b))
         moved.append(dev.transfer_record()["zvector"]["to_device"] - made)
     assert on_device.describe() == {"device": device, "precision": precision, "products": 2,
-                                    "gemm_launches": 2 * 5 * len(chans), "preconditioner": cpks.PRECONDITIONER}
+                                    "gemm_launches": 2 * 5 * len(chans), "preconditioner": cpks.NOT_USED}
     # the first product sent the five kept layouts it reads and its host operands, the second only the latter
     # (fp32x3: hi and lo of each layout, and the full plane of the two that are also moving operands)
     blocks = sum(3 * ov.size + oo.size + vv.size for oo, ov, vv in
@@ -116,7 +116,9 @@ def test_woodbury_preconditioner_is_coulomb_plus_diagonal(system):
     from pyscf import lib
 
     mf, chans, host = system
+    assert host.describe()["preconditioner"] == cpks.NOT_USED       # what-ran names only what a solve used
     apply = host.preconditioner()
+    assert host.describe()["preconditioner"] == cpks.PRECONDITIONER
     n = sum(c.nvir * len(c.occ) for c in chans)
     m_inv = np.column_stack([apply(np.eye(n)[:, k]) for k in range(n)])
     np.testing.assert_allclose(m_inv, m_inv.T, atol=1e-12 * np.abs(m_inv).max())
@@ -146,6 +148,21 @@ def test_preconditioner_with_a_channel_without_occupied_orbitals():
     x, y = np.random.default_rng(0).standard_normal((2, chans[0].nvir * 2))
     assert np.all(np.isfinite(apply(x)))
     assert abs(x @ apply(y) - y @ apply(x)) < 1e-12 * np.linalg.norm(x) * np.linalg.norm(y)
+
+
+def test_preconditioner_declined_is_recorded_as_the_diagonal(system):
+    """Where some ε_a − ε_k is not positive (a non-aufbau SCF) the Woodbury factor is declined, the solver
+    divides by the diagonal, and what-ran says so instead of naming the Woodbury preconditioner."""
+    import copy
+
+    _, chans, host = system
+    shifted = copy.copy(host)
+    shifted.chans = [copy.copy(c) for c in chans]
+    c = shifted.chans[0]
+    c.e = c.e.copy()
+    c.e[c.vir[0]] = c.e[c.occ[-1]] - 0.01            # the lowest virtual below the highest occupied
+    assert shifted.preconditioner() is None
+    assert shifted.describe()["preconditioner"] == cpks.DIAGONAL
 
 
 def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):

@@ -56,6 +56,10 @@ _CHUNK_BYTES = 64e6
 
 #: what-ran's name for :meth:`ResponseJK.preconditioner`
 PRECONDITIONER = "the orbital Hessian's Coulomb part and diagonal (Woodbury)"
+#: what-ran's name when :meth:`ResponseJK.preconditioner` declines (the solver then divides by the diagonal)
+DIAGONAL = "the orbital Hessian's diagonal (no Woodbury factor: some ε_a − ε_k not positive)"
+#: what-ran's name when no solve asked for a preconditioner (a zero right-hand side needs no product)
+NOT_USED = "none (no product needed)"
 
 
 class ResponseJK:
@@ -83,6 +87,8 @@ class ResponseJK:
         #: Z-vector products and GEMM launches so far
         self.products = self.launches = 0
         self._akak: list[np.ndarray] | None = None
+        #: the preconditioner a solve used (what-ran): set by :meth:`preconditioner`
+        self.preconditioner_used = NOT_USED
 
     def _keep(self, oo: np.ndarray, ov: np.ndarray, vv: np.ndarray) -> dict:
         """The blocks in the layouts the Z-vector's GEMMs contract, handed to the device once (as views of the
@@ -122,7 +128,7 @@ class ResponseJK:
     def describe(self) -> dict:
         """Where the Z-vector's products ran (what-ran): device, precision, products and GEMM launches."""
         return {"device": self.device.name, "precision": self.precision, "products": self.products,
-                "gemm_launches": self.launches, "preconditioner": PRECONDITIONER}
+                "gemm_launches": self.launches, "preconditioner": self.preconditioner_used}
 
     def diagonal(self) -> np.ndarray:
         """The orbital Hessian's diagonal per channel, concatenated over (a, k) in z's order (fp64):
@@ -152,7 +158,9 @@ class ResponseJK:
         (``scripts/bench_zvector.py``)."""
         gaps = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in self.chans])
         if np.any(gaps <= 0.0):
+            self.preconditioner_used = DIAGONAL
             return None
+        self.preconditioner_used = PRECONDITIONER
         exact = self.diagonal()
         coulomb = np.concatenate([2.0 * ch.weight * akak.ravel() for ch, akak in zip(self.chans, self._exchange_diagonals())])
         dinv = 1.0 / np.maximum(exact - coulomb, 0.1 * gaps)
