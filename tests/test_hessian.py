@@ -400,3 +400,23 @@ def test_nh3_irc_from_the_planar_transition_state_reaches_the_pyramid(tmp_path):
     xyz = np.array([[float(v) for v in line.split()[1:4]] for line in out.read_text().splitlines()[2:6]])
     normal = np.cross(xyz[2] - xyz[1], xyz[3] - xyz[1])
     assert abs(normal @ (xyz[0] - xyz[1])) / np.linalg.norm(normal) > 0.2          # N out of the H₃ plane (Å)
+
+
+def test_store_header_missing_setting_reads_as_unset(tmp_path):
+    """A store written before a setting existed (no key) resumes a run that leaves it unset, refuses one that
+    sets it, and a changed setting is named."""
+    from mp2trn.errors import InputError
+    from mp2trn.hessian.driver import DisplacementStore, header_differences, store_header
+
+    coords = np.zeros((1, 3))
+    old = store_header(["He"], coords, 0.005, {"basis": "sto-3g"})
+    unset = store_header(["He"], coords, 0.005, {"basis": "sto-3g", "conv_tol_grad": "None"})
+    tight = store_header(["He"], coords, 0.005, {"basis": "sto-3g", "conv_tol_grad": "1e-08"})
+    assert header_differences(old, unset) == []
+    assert header_differences(old, tight) == ["settings.conv_tol_grad"]
+    assert header_differences(unset, store_header(["He"], coords, 0.01, {"basis": "6-31g"})) == \
+        ["step_bohr", "settings.basis"]
+    DisplacementStore(tmp_path / "s", old, resume=False)
+    DisplacementStore(tmp_path / "s", unset, resume=True)
+    with pytest.raises(InputError, match="differs in settings.conv_tol_grad"):
+        DisplacementStore(tmp_path / "s", tight, resume=True)

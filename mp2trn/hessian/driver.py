@@ -111,9 +111,8 @@ class DisplacementStore:
             if not header_path.exists():
                 raise InputError(f"--resume: {self.directory} holds no frequency run (no {_HEADER}); give the "
                                  "--displacements directory of the killed run")
-            stored = json.loads(header_path.read_text())
-            if stored != self.header:
-                changed = sorted(k for k in set(stored) | set(self.header) if stored.get(k) != self.header.get(k))
+            changed = header_differences(json.loads(header_path.read_text()), self.header)
+            if changed:
                 raise InputError(f"--resume: {self.directory} belongs to another frequency run (differs in "
                                  f"{', '.join(changed)}); resume with the same molecule and settings")
             return
@@ -294,6 +293,17 @@ def _plain(document: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(document, default=_json_default))
 
 
+def header_differences(stored: dict[str, Any], header: dict[str, Any]) -> list[str]:
+    """The names in which two store headers differ (empty: the same run). A setting one header lacks counts
+    as "None", the value of a setting left unset: a store written before a setting existed still resumes a
+    run that leaves it unset, and one that sets it is refused."""
+    changed = sorted(k for k in set(stored) | set(header) if k != "settings" and stored.get(k) != header.get(k))
+    mine, theirs = stored.get("settings", {}), header.get("settings", {})
+    changed += sorted(f"settings.{k}" for k in set(mine) | set(theirs)
+                      if mine.get(k, "None") != theirs.get(k, "None"))
+    return changed
+
+
 def store_header(labels: Sequence[str], coords: np.ndarray, step: float, settings: dict[str, Any]) -> dict[str, Any]:
     """The header that ties a store directory to one run: atoms, coordinates (bohr, to 1e-10), step and
     the run settings that change a gradient."""
@@ -302,4 +312,4 @@ def store_header(labels: Sequence[str], coords: np.ndarray, step: float, setting
 
 
 __all__ = ["DEFAULT_STEP", "Displacement", "DisplacementStore", "HessianResult", "Point", "assemble",
-           "displacements", "finite_difference_hessian", "mp2_evaluator", "store_header"]
+           "displacements", "finite_difference_hessian", "header_differences", "mp2_evaluator", "store_header"]

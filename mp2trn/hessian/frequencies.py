@@ -31,8 +31,6 @@ GAU_RMS_GRADIENT = 3.0e-4
 #: the RunOptions fields that change a gradient: a store of points belongs to one set of them
 _GRADIENT_SETTINGS = ("method", "basis", "auxbasis", "ecp", "cartesian", "charge", "multiplicity", "unit", "frozen",
                       "scf_df", "jkbasis", "conv_tol", "conv_tol_grad", "lindep", "precision", "target")
-#: settings added later, named in a store only when set (older stores stay resumable)
-_OPTIONAL_SETTINGS = ("conv_tol_grad",)
 
 
 @dataclass
@@ -111,9 +109,8 @@ def run_frequencies(source, options: RunOptions, device: Device, comm: Comm | No
     moved = calc.real
     store = None
     if store_dir is not None:
-        # a setting left at None is left out, so stores written before it existed still resume
-        settings = {name: str(getattr(options, name)) for name in _GRADIENT_SETTINGS
-                    if not (name in _OPTIONAL_SETTINGS and getattr(options, name) is None)}
+        # stores written before a setting existed lack it: read as "None" (driver.header_differences)
+        settings = {name: str(getattr(options, name)) for name in _GRADIENT_SETTINGS}
         settings["device"] = options.device_name
         header = store_header(calc.labels, coords, step, settings)
         if comm.rank == 0:
