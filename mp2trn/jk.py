@@ -240,8 +240,9 @@ class JKTensor:
             t0 = time.perf_counter()
             self.full = self._resident_rows(nao, packed)
             self.seconds += time.perf_counter() - t0
-        self.kept = [device.jk_tensor(self.full[p0 : p0 + blksize], dtype, keep_copy=not self.copy_left_out,
-                                      **planes) for p0 in range(0, self.full.shape[0], blksize)]
+        step = max(1, self.full.shape[0]) if device.jk_resident_one_block else blksize
+        self.kept = [device.jk_tensor(self.full[p0 : p0 + step], dtype, keep_copy=not self.copy_left_out,
+                                      **planes) for p0 in range(0, self.full.shape[0], step)]
         self.kept_for = (mode.name, device.name)
         return self.kept
 

@@ -242,6 +242,12 @@ class Device(ABC):
     #: fp32x3 final builds settle the energy only so (mp2trn.devices.nki_device)
     jk_incremental: bool = False
 
+    #: whether a resident tensor is taken as one block (:meth:`jk_tensor` once, :meth:`jk_block` once per
+    #: build) rather than in blocks of the plan's rows: the CPU's builds split the rows over the cores
+    #: themselves, and a hand-over between blocks left the cores idle for ~18 % of an fp32 build (Inosine:
+    #: 7 blocks of 256 rows); a kernel device keeps its launch-sized blocks
+    jk_resident_one_block: bool = False
+
     #: whether the builds can do without that copy, reading the host rows as they go (slower), when the
     #: SCF's plan has room for the resident host tensor but not for the copy beside it (the CPU's fp32
     #: copy); a device whose copy is its working tensor (GPU, NeuronCore) cannot

@@ -306,6 +306,8 @@ class CpuDevice(Device):
 
     #: without room for the fp32 copy, fp32 builds unpack and convert the host rows as they read them
     jk_copy_optional = True
+    #: a resident tensor is one block: a build's parts run through all of its rows (Device.jk_resident_one_block)
+    jk_resident_one_block = True
 
     def jk_tensor(self, block, dtype, keep_copy=True):
         # fp64: the host block itself. fp32, packed: an unpacked fp32 copy of the rows, made here once per
