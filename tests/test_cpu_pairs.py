@@ -183,3 +183,27 @@ def test_gradient_pair_step_matches_the_contract(precision, rel, coeffs, nva, nv
     for g, w in zip(got, want):
         assert np.max(np.abs(np.asarray(g, np.float64) - w)) <= rel * np.max(np.abs(w))
     assert (out.p_vir_k is None) == (not vir_k)
+
+
+def test_rows_one_at_a_time_to_whichever_core_is_free(monkeypatch):
+    """_over_cores(by_row=True): every row exactly once, as a range of one row, on the worker threads (not
+    the caller's), k naming the thread; one part: one range in the caller."""
+    import threading
+
+    import mp2trn.devices.cpu
+
+    monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: 2)
+    dev = get_device("cpu")
+    calls = []
+    dev._over_cores(np.arange(13, 0, -1, dtype=float), lambda k, i0, i1: calls.append((k, i0, i1, threading.get_ident())),
+                    by_row=True)
+    assert sorted((i0, i1) for _, i0, i1, _ in calls) == [(i, i + 1) for i in range(13)]
+    assert {k for k, *_ in calls} <= {0, 1} and threading.get_ident() not in {c[3] for c in calls}
+    by_thread = {}
+    for k, _, _, ident in calls:
+        by_thread.setdefault(ident, set()).add(k)
+    assert all(len(ks) == 1 for ks in by_thread.values())          # one k per thread
+    calls.clear()
+    dev.split_over_cores = False
+    dev._over_cores(np.ones(5), lambda k, i0, i1: calls.append((k, i0, i1)), by_row=True)
+    assert calls == [(0, 0, 5)]

@@ -8,6 +8,7 @@ builds split their tensor rows over the cores likewise.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -152,14 +153,19 @@ class CpuDevice(Device):
                 _reduce_row(m[i - i0], e_i[i], e_j, e_ab, os_[i], None if xx is None else xx[i])
 
         work = np.arange(ni, 0, -1, dtype=float) if same else np.ones(ni)   # pairs per row
-        self._over_cores(work, rows)
+        # a row at a time to whichever core is free (a block's ~10 rows split in two ranges left one core
+        # idle up to a sixth of the step); the diagonal block's longest rows come first
+        self._over_cores(work, rows, by_row=True)
         return os_, xx
 
-    def _over_cores(self, work: np.ndarray, run, parts: int | None = None) -> None:
+    def _over_cores(self, work: np.ndarray, run, parts: int | None = None, by_row: bool = False) -> None:
         """``run(k, i0, i1)`` for the k-th of contiguous ranges of rows of about equal ``work`` (per row), one
         range per BLAS thread, each on a thread of its own with BLAS held to one thread
         (:func:`mp2trn.threads.one_thread_each`); one range in the calling thread, BLAS as it is, with one
         BLAS thread, one row, or :attr:`split_over_cores` off. The ranges write disjoint rows of the outputs.
+        ``by_row``: instead, each thread k takes the next row not yet taken, ``run(k, i, i + 1)``, until none
+        is left (k is then the thread's, not the range's: per-thread buffers stay per thread), so that the
+        threads end together where a few rows of unequal work would leave one waiting.
 
         Why: between its GEMMs a pair step reduces each pair's tile elementwise (NumPy, one thread), and a
         J/K build unpacks rows; with NumPy's pool in each GEMM that work runs on one core while the others
@@ -169,6 +175,23 @@ class CpuDevice(Device):
         parts = min((blas_threads() if self.split_over_cores else 1) if parts is None else parts, n)
         if parts <= 1:
             run(0, 0, n)
+            return
+        if by_row:
+            rows = iter(range(n))
+            taking = threading.Lock()
+
+            def next_row() -> int | None:
+                with taking:
+                    return next(rows, None)
+
+            def part(k: int) -> None:
+                with lib.with_omp_threads(1):
+                    while (i := next_row()) is not None:
+                        run(k, i, i + 1)
+
+            with one_thread_each(), ThreadPoolExecutor(parts) as pool:
+                for _ in pool.map(part, range(parts)):
+                    pass
             return
         cum = np.concatenate([[0.0], np.cumsum(work)])
         bounds = np.searchsorted(cum, np.linspace(0, cum[-1], parts + 1)[1:-1])
