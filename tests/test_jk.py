@@ -107,25 +107,6 @@ def test_tensor_on_disk_and_streamed(references):
     assert np.abs(vj - vj0).max() < 1e-10 and np.abs(vk - vk0).max() < 1e-10
 
 
-@pytest.mark.parametrize("precision, tol", [("fp64", 1e-12), ("fp32", 1e-5)])
-def test_cpu_resident_tensor_is_one_block_with_the_blocks_j_and_k(references, precision, tol, monkeypatch):
-    """The cpu device takes a resident tensor as one block (its parts then run through every row); the
-    blocks of the plan's rows (a budget that makes them 25 rows) give the same J and K."""
-    from mp2trn.devices.cpu import CpuDevice
-
-    ref = references["water"]
-    dm = ref.make_rdm1()
-    one = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=0.6)
-    vj1, vk1 = one.get_jk(ref.mol, dm)
-    assert not one.with_df.tensor.streamed and len(one.with_df.tensor.kept) == 1
-    monkeypatch.setattr(CpuDevice, "jk_resident_one_block", False)
-    many = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=0.6)
-    vj0, vk0 = many.get_jk(ref.mol, dm)
-    assert not many.with_df.tensor.streamed and len(many.with_df.tensor.kept) > 1
-    scale = max(np.abs(vj0).max(), np.abs(vk0).max())
-    assert np.abs(vj1 - vj0).max() <= tol * scale and np.abs(vk1 - vk0).max() <= tol * scale
-
-
 @pytest.mark.parametrize("chunk_mb", [256.0, 0.01], ids=["one-chunk", "row-by-row"])
 def test_tensor_built_in_device_layout_equals_pyscfs(chunk_mb):
     from pyscf import df, lib
