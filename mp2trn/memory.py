@@ -35,6 +35,7 @@ _MAX_AO_BLOCK_BYTES = 256e6
 # budget (1105 RI and 1606 JK-fit functions at the default 14 GB) took 13.4 s and 16.9 s in the two
 # passes, blocks of 301 functions 10.4 and 9.1 s, of 150 functions 7.4 and 9.0 s (docs/benchmarks.md,
 # "Analytic gradients")
+# (the cap counts one nao² fp64 square per fitting function; a block's arrays are about eight times it)
 MAX_GRADIENT_BLOCK_BYTES = 128e6
 
 

@@ -35,8 +35,10 @@ from mp2trn.roofline import GEMM_N, measure_gemm_rate
 
 
 class GemmOnly(CpuDevice):
-    """The cpu device's pair step with the reduction left out: its GEMMs alone (one per row of the
-    diagonal block, one for an off-diagonal block)."""
+    """The cpu device's pair step with the reduction left out: its GEMMs alone, one per row i as the device
+    forms them (against rows i.. on the diagonal block, against the other block's rows off it), in this
+    thread with NumPy's pool. (Before 2026-11-27's row-by-row pair step, one GEMM for a whole off-diagonal
+    block, as the device formed it then.)"""
 
     def _pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
         same = b_j is None
@@ -46,14 +48,17 @@ class GemmOnly(CpuDevice):
             for i in range(ni):
                 self.contract_aux(x_i[:, i * nva : (i + 1) * nva], x_i[:, i * nva :])
             return np.zeros((ni, ni)), None
-        self.contract_aux(x_i, _as_matrix(b_j, self._dtype))
+        x_j = _as_matrix(b_j, self._dtype)
+        for i in range(ni):
+            self.contract_aux(x_i[:, i * nva : (i + 1) * nva], x_j)
         return np.zeros((ni, b_j.shape[1])), None
 
 
 class ContiguousTilesCpu(CpuDevice):
-    """Tried and slower (kept to show it): every pair's tile contiguous, (j, b, a) from one GEMM per row
-    i, so that the reduction reads it at unit stride. The reduction gains a little; the GEMMs, now
-    (nj·nvb × naux)·(naux × nva) per row instead of one per off-diagonal block, lose more."""
+    """Tried and not adopted (kept to show it): every pair's tile contiguous, (j, b, a) from one GEMM per
+    row i, (nj·nvb × naux)·(naux × nva), the transpose of the device's row GEMM, so that the reduction reads
+    it at unit stride; in one thread with NumPy's pool. Slower on the Intel VM (the GEMMs lost more than the
+    reduction gained), level with the device's form on the EPYC VM."""
 
     def _pair_energies(self, b_i, b_j, e_i, e_j, ev_a, ev_b, exchange):
         same = b_j is None

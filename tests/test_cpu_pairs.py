@@ -25,8 +25,8 @@ def _block(rng, naux, n, nv):
 @pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("precision,rel", [("fp64", 1e-13), ("fp32", 1e-5)])
 def test_pair_sums_match_the_textbook(precision, rel, parts, monkeypatch):
-    """Rows split over 3 threads of one BLAS thread each (the diagonal block's ranges balanced by pairs, so
-    uneven in rows), or in the calling thread, as on a machine with that many BLAS threads."""
+    """Rows handed one at a time to 3 threads of one BLAS thread each, or all in the calling thread, as on
+    a machine with that many BLAS threads."""
     import mp2trn.devices.cpu
 
     monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: parts)
@@ -187,7 +187,8 @@ def test_gradient_pair_step_matches_the_contract(precision, rel, coeffs, nva, nv
 
 def test_rows_one_at_a_time_to_whichever_core_is_free(monkeypatch):
     """_over_cores(by_row=True): every row exactly once, as a range of one row, on the worker threads (not
-    the caller's), k naming the thread; one part: one range in the caller."""
+    the caller's), k naming the thread; while row 0 is held back, the other thread takes every other row
+    (a split into ranges would leave rows 1.. to row 0's thread); one part: one range in the caller."""
     import threading
 
     import mp2trn.devices.cpu
@@ -195,9 +196,19 @@ def test_rows_one_at_a_time_to_whichever_core_is_free(monkeypatch):
     monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: 2)
     dev = get_device("cpu")
     calls = []
-    dev._over_cores(np.arange(13, 0, -1, dtype=float), lambda k, i0, i1: calls.append((k, i0, i1, threading.get_ident())),
-                    by_row=True)
+    last_done = threading.Event()
+
+    def run(k, i0, i1):
+        if i0 == 0:
+            assert last_done.wait(timeout=30)      # held until the other thread has run the last row
+        calls.append((k, i0, i1, threading.get_ident()))
+        if i0 == 12:
+            last_done.set()
+
+    dev._over_cores(np.arange(13, 0, -1, dtype=float), run, by_row=True)
     assert sorted((i0, i1) for _, i0, i1, _ in calls) == [(i, i + 1) for i in range(13)]
+    first = next(c[3] for c in calls if c[1] == 0)
+    assert [c[1] for c in calls if c[3] == first] == [0]           # row 0's thread ran no other row
     assert {k for k, *_ in calls} <= {0, 1} and threading.get_ident() not in {c[3] for c in calls}
     by_thread = {}
     for k, _, _, ident in calls:
@@ -207,3 +218,25 @@ def test_rows_one_at_a_time_to_whichever_core_is_free(monkeypatch):
     dev.split_over_cores = False
     dev._over_cores(np.ones(5), lambda k, i0, i1: calls.append((k, i0, i1)), by_row=True)
     assert calls == [(0, 0, 5)]
+
+
+def test_rows_one_at_a_time_stop_at_an_error(monkeypatch):
+    """A row that raises: the error reaches the caller and the other thread takes no more rows."""
+    import threading
+
+    import mp2trn.devices.cpu
+
+    monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: 2)
+    dev = get_device("cpu")
+    taken, raised = [], threading.Event()
+
+    def run(k, i0, i1):
+        if i0 == 0:
+            raised.set()
+            raise ValueError("row 0")
+        raised.wait(timeout=30)
+        taken.append(i0)
+
+    with pytest.raises(ValueError, match="row 0"):
+        dev._over_cores(np.ones(200), run, by_row=True)
+    assert len(taken) <= 2

@@ -205,16 +205,17 @@ def test_streamed_equals_resident(references):
 @pytest.mark.parametrize("precision, tol", [("fp64", 1e-12), ("fp32", 1e-5)])
 def test_cpu_resident_tensor_is_one_block_with_the_blocks_j_and_k(references, precision, tol, monkeypatch):
     """The cpu device takes a resident tensor as one block (its parts then run through every row); the
-    blocks of the plan's rows (a budget that makes them 25 rows) give the same J and K."""
+    blocks of the plan's rows (a budget that makes them 83 rows, the fp32 copy kept) give the same J and K."""
     from mp2trn.devices.cpu import CpuDevice
 
     ref = references["water"]
     dm = ref.make_rdm1()
-    one = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=0.6)
+    one = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=2.0)
     vj1, vk1 = one.get_jk(ref.mol, dm)
     assert not one.with_df.tensor.streamed and len(one.with_df.tensor.kept) == 1
+    assert not one.with_df.tensor.copy_left_out                     # fp32: the builds read the fp32 copy
     monkeypatch.setattr(CpuDevice, "jk_resident_one_block", False)
-    many = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=0.6)
+    many = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=2.0)
     vj0, vk0 = many.get_jk(ref.mol, dm)
     assert not many.with_df.tensor.streamed and len(many.with_df.tensor.kept) > 1
     scale = max(np.abs(vj0).max(), np.abs(vk0).max())

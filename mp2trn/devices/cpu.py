@@ -1,9 +1,9 @@
 """``cpu``: the NumPy/BLAS reference device (fp64 by default, fp32 on request).
 
-The pair step forms T for a block of occupied pairs with one large GEMM per part of its rows (BLAS-3 at
-near peak; the rows split over the cores, one BLAS thread per part), then reduces each pair's nv×nv tile;
-on the diagonal block only i ≤ j pairs are formed (one GEMM per row i against rows i..). The SCF's J/K
-builds split their tensor rows over the cores likewise.
+The pair step forms T for a block of occupied pairs one row i at a time, each row a GEMM against the
+block's other side (BLAS-3 at near peak) taken by whichever core is free (one BLAS thread each), then
+reduces each pair's nv×nv tile; on the diagonal block only i ≤ j pairs are formed (row i against rows
+i..). The SCF's J/K builds split their tensor rows over the cores in one contiguous range per core.
 """
 
 from __future__ import annotations
@@ -179,15 +179,20 @@ class CpuDevice(Device):
         if by_row:
             rows = iter(range(n))
             taking = threading.Lock()
+            failed = threading.Event()     # a row that raised: the other threads take no more rows
 
             def next_row() -> int | None:
                 with taking:
-                    return next(rows, None)
+                    return None if failed.is_set() else next(rows, None)
 
             def part(k: int) -> None:
                 with lib.with_omp_threads(1):
                     while (i := next_row()) is not None:
-                        run(k, i, i + 1)
+                        try:
+                            run(k, i, i + 1)
+                        except BaseException:
+                            failed.set()
+                            raise
 
             with one_thread_each(), ThreadPoolExecutor(parts) as pool:
                 for _ in pool.map(part, range(parts)):

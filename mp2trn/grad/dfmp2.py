@@ -307,7 +307,8 @@ def _ao(chans: list[SpinOrbitals], mats: list[np.ndarray], dm_hf: np.ndarray) ->
 
 def _aux_block(nao: int, max_shell: int, max_memory: float) -> int:
     """JK-fit functions per block of the SCF gradient's derivative pass (:func:`scf_gradient`): integrals,
-    derivative sets and the AO densities within 0.4 of ``max_memory`` MB."""
+    derivative sets and the AO densities within 0.4 of ``max_memory`` MB, and at most the gradient's block
+    cap (:data:`mp2trn.memory.MAX_GRADIENT_BLOCK_BYTES` of nao² squares)."""
     per_aux = 9 * nao * nao * 8
     block = int(0.4 * max_memory * 1e6 // per_aux)
     if block < max_shell:

@@ -148,6 +148,7 @@ class Products:
     def __init__(self, mf, chans: list[SpinOrbitals]):
         self.mf, self.chans = mf, chans
         self.products = 0
+        self.preconditioner_used = "none (no product needed)"   # what-ran: set when a solve asks for one
 
     def diagonal(self) -> None:
         """No orbital Hessian diagonal without the MO blocks: the solver preconditions with ε_a − ε_k."""
@@ -155,6 +156,7 @@ class Products:
 
     def preconditioner(self) -> None:
         """No Coulomb factor without the MO blocks: the solver divides by :meth:`diagonal`'s fallback."""
+        self.preconditioner_used = "orbital-energy differences"
         return None
 
     def on_host(self) -> None:
@@ -164,7 +166,7 @@ class Products:
     def describe(self) -> dict:
         """Where the Z-vector's products ran (what-ran)."""
         return {"device": "the SCF's J/K builds", "products": self.products,
-                "preconditioner": "orbital-energy differences"}
+                "preconditioner": self.preconditioner_used}
 
     def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
         return [g[:, ch.occ] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]
