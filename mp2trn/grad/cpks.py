@@ -46,7 +46,7 @@ import scipy.linalg
 from ..devices import Device
 from ..devices.cpu import CpuDevice
 from ..df import cholesky_tensor, tensor_rows_unpacked
-from ..memory import PRECONDITIONER_COLUMNS
+from ..memory import PRECONDITIONER_COLUMNS, prefaulted_empty
 from ..orbitals import SpinOrbitals
 from ..threads import one_blas_pool
 
@@ -72,9 +72,11 @@ class ResponseJK:
         self.naux = tensor.shape[0]
         self.rows = max(1, int(_CHUNK_BYTES // (self.nao * self.nao * 8)))
         shapes = [(len(ch.occ), ch.nvir) for ch in chans]
-        self.b_oo = [np.empty((self.naux, o, o)) for o, _ in shapes]
-        self.b_ov = [np.empty((self.naux, o, v)) for o, v in shapes]   # (Q, i, a): its (Q·i, a) rows are
-        self.b_vv = [np.empty((self.naux, v, v)) for _, v in shapes]   # Σ_Q B^Q_vo W_Q's contraction as they lie
+        # in pages faulted in by every core at once (memory.prefaulted_empty): B_vv alone is 0.84 GB on
+        # Inosine, and a VM maps fresh memory slowly
+        self.b_oo = [prefaulted_empty((self.naux, o, o)) for o, _ in shapes]
+        self.b_ov = [prefaulted_empty((self.naux, o, v)) for o, v in shapes]   # (Q, i, a): its (Q·i, a) rows are
+        self.b_vv = [prefaulted_empty((self.naux, v, v)) for _, v in shapes]   # Σ_Q B^Q_vo W_Q's contraction as they lie
         for q0, b in self._chunks(tensor):                 # each chunk read (and sent) once for every channel
             q = len(b)
             for ch, mo, oo, ov, vv in zip(chans, self.device.response_blocks(b, [ch.c for ch in chans]),
