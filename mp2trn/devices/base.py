@@ -244,8 +244,9 @@ class Device(ABC):
 
     #: whether a resident tensor is taken as one block (:meth:`jk_tensor` once, :meth:`jk_block` once per
     #: build) rather than in blocks of the plan's rows: the CPU's builds split the rows over the cores
-    #: themselves, and a hand-over between blocks left the cores idle for ~18 % of an fp32 build (Inosine:
-    #: 7 blocks of 256 rows); a kernel device keeps its launch-sized blocks
+    #: themselves, and a hand-over between blocks left them idle (``python scripts/bench_idle_cores.py jk
+    #: --blocks``: cores 93-95 % busy in 7 blocks of an Inosine fp32 build, 97-99 % in one); a kernel device
+    #: keeps its launch-sized blocks
     jk_resident_one_block: bool = False
 
     #: whether the builds can do without that copy, reading the host rows as they go (slower), when the
