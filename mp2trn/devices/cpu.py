@@ -176,38 +176,48 @@ class CpuDevice(Device):
         if parts <= 1:
             run(0, 0, n)
             return
-        if by_row:
-            rows = iter(range(n))
-            taking = threading.Lock()
-            failed = threading.Event()     # a row that raised: the other threads take no more rows
+        part, count = (self._rows_taken_in_turn(n, run), parts) if by_row else self._row_ranges(work, parts, run)
+        with one_thread_each(), ThreadPoolExecutor(count) as pool:
+            for _ in pool.map(part, range(count)):
+                pass
 
-            def next_row() -> int | None:
-                with taking:
-                    return None if failed.is_set() else next(rows, None)
-
-            def part(k: int) -> None:
-                with lib.with_omp_threads(1):
-                    while (i := next_row()) is not None:
-                        try:
-                            run(k, i, i + 1)
-                        except BaseException:
-                            failed.set()
-                            raise
-
-            with one_thread_each(), ThreadPoolExecutor(parts) as pool:
-                for _ in pool.map(part, range(parts)):
-                    pass
-            return
+    @staticmethod
+    def _row_ranges(work: np.ndarray, parts: int, run):
+        """(part, ranges) for :meth:`_over_cores`: part k runs ``run(k, i0, i1)`` on the k-th contiguous range of
+        about equal work, of ``ranges`` (fewer than ``parts`` where rows are few)."""
+        n = len(work)
         cum = np.concatenate([[0.0], np.cumsum(work)])
         bounds = np.searchsorted(cum, np.linspace(0, cum[-1], parts + 1)[1:-1])
         edges = [0, *sorted({int(b) for b in bounds if 0 < b < n}), n]
+
         def part(k: int) -> None:
             with lib.with_omp_threads(1):   # a BLAS or PySCF built on OpenMP: one thread in this part too
                 run(k, edges[k], edges[k + 1])
 
-        with one_thread_each(), ThreadPoolExecutor(len(edges) - 1) as pool:
-            for _ in pool.map(part, range(len(edges) - 1)):
-                pass
+        return part, len(edges) - 1
+
+    @staticmethod
+    def _rows_taken_in_turn(n: int, run):
+        """Part k of :meth:`_over_cores` with ``by_row``: take the next row not yet taken, ``run(k, i, i + 1)``,
+        until none is left or another part's row raised."""
+        rows = iter(range(n))
+        taking = threading.Lock()
+        failed = threading.Event()     # a row that raised: the other parts take no more rows
+
+        def next_row() -> int | None:
+            with taking:
+                return None if failed.is_set() else next(rows, None)
+
+        def part(k: int) -> None:
+            with lib.with_omp_threads(1):
+                while (i := next_row()) is not None:
+                    try:
+                        run(k, i, i + 1)
+                    except BaseException:
+                        failed.set()
+                        raise
+
+        return part
 
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True

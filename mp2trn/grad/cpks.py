@@ -49,6 +49,7 @@ from ..df import cholesky_tensor, tensor_rows_unpacked
 from ..memory import PRECONDITIONER_COLUMNS, prefaulted_empty
 from ..orbitals import SpinOrbitals
 from ..threads import one_blas_pool
+from .response import NOT_USED
 
 #: tensor rows unpacked at a time (bytes of the unpacked chunk)
 _CHUNK_BYTES = 64e6
@@ -58,8 +59,6 @@ _CHUNK_BYTES = 64e6
 PRECONDITIONER = "the orbital Hessian's Coulomb part and diagonal (Woodbury)"
 #: what-ran's name when :meth:`ResponseJK.preconditioner` declines (the solver then divides by the diagonal)
 DIAGONAL = "the orbital Hessian's diagonal (no Woodbury factor: some ε_a − ε_k not positive)"
-#: what-ran's name when no solve asked for a preconditioner (a zero right-hand side needs no product)
-NOT_USED = "none (no product needed)"
 
 
 class ResponseJK:

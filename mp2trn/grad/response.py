@@ -69,6 +69,8 @@ def unrelaxed(chans: list[SpinOrbitals], p_occ: list[np.ndarray], p_vir: list[np
     return out
 
 
+#: what-ran's preconditioner when no solve asked for one (a zero right-hand side needs no product)
+NOT_USED = "none (no product needed)"
 #: relative residual at which the Z-vector stops; the finite-difference tests (tests/test_gradient.py) hold
 #: the gradient to 1e-6 Eh/bohr with it
 ZVECTOR_TOL = 1e-8
@@ -148,7 +150,7 @@ class Products:
     def __init__(self, mf, chans: list[SpinOrbitals]):
         self.mf, self.chans = mf, chans
         self.products = 0
-        self.preconditioner_used = "none (no product needed)"   # what-ran: set when a solve asks for one
+        self.preconditioner_used = NOT_USED   # what-ran: set when a solve asks for one
 
     def diagonal(self) -> None:
         """No orbital Hessian diagonal without the MO blocks: the solver preconditions with ε_a − ε_k."""
