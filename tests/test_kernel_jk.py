@@ -166,6 +166,19 @@ def test_tensor_planes_made_on_the_device_equal_the_hosts_split():
     assert moved["to_device"] == 8 * rows * nao * nao and moved["to_host"] == 0
 
 
+@pytest.mark.parametrize("shape, rows", [((300, 70, 70), 384), ((5, 600, 600), 8), ((40, 9, 9), None)])
+def test_fp32_copy_of_the_tensor_is_numpys_rounding_with_zero_rows(shape, rows, monkeypatch):
+    """The fp32 builds' copy of the SCF tensor (made in parts on two threads, in prefaulted memory): NumPy's
+    fp32 rounding of every element, the padded rows zero; cut along the rows or along another axis."""
+    from mp2trn.precision import fp32_copy
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    x = np.random.default_rng(3).standard_normal(shape)
+    got = fp32_copy(x, rows)
+    assert got.dtype == np.float32 and got.shape == (max(rows or 0, shape[0]), *shape[1:])
+    assert np.array_equal(got[: shape[0]], x.astype(np.float32)) and not got[shape[0]:].any()
+
+
 def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():
     """A group of more rows than SBUF holds for its columns (3300 rows of 520 columns on trn1: 2816 fit) is
     read twice, for its column maxima and for the split: the same planes as the host's split."""

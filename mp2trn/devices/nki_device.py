@@ -275,13 +275,15 @@ class NkiDevice(Device):
     def jk_tensor(self, block, dtype, keep_copy=True, planes=1):   # the copy is the working tensor: always kept
         """The block in device memory: fp32 rows, or (compensated) its :class:`_X3Block` planes. The launcher
         keeps the arrays resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision."""
+        from ..precision import fp32_copy
+
         p = block.shape[0]
         # whole 128-row tiles: Z's p·n rows (n ≥ 8) are then whole SYRK_X3_ROWS launches, one signature each;
         # a block of fewer rows (a tight budget's streamed blocks) is not padded to 128: that is its cost
         rows = self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128 if p >= 128 else p)
         if planes > 1:   # the pair now (a streamed block is made by a reader thread), the planes at first use
             return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows)
-        kept = _pad_rows(np.asarray(block, dtype=F32), rows)   # (rows, nao, nao)
+        kept = fp32_copy(block, rows)   # (rows, nao, nao)
         self.launcher.keep(kept)
         return kept
 
