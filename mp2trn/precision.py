@@ -109,17 +109,16 @@ def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
     return hi16, lo
 
 
-def fp32_copy(x: np.ndarray, rows: int | None = None, empty=None) -> np.ndarray:
+def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
     """``x`` rounded to fp32 (as ``x.astype(np.float32)``), with zero rows appended along axis 0 up to
-    ``rows``: the SCF tensor as an NKI device's fp32 builds keep it. Filled in parts on :func:`host_threads`
-    threads, into ``empty(shape, dtype)`` (a zeroed array: the device's memory, ``Launcher.device_empty``) or
-    new memory in small pages faulted in by every core (:func:`mp2trn.memory.prefaulted_empty`): NumPy's own
-    conversion fills fresh huge pages from one thread, 0.80–1.52 s against 0.21–0.23 s for Inosine's seven
-    256-row blocks on the 2-core EPYC VM (docs/benchmarks_trainium.md)."""
+    ``rows``: the SCF tensor as an NKI device's fp32 builds keep it. New memory in small pages faulted in by
+    every core (:func:`mp2trn.memory.prefaulted_empty`), filled in parts on :func:`host_threads` threads:
+    NumPy's own conversion fills fresh huge pages from one thread, 1.8 s for Inosine's 0.69 GB copy on the
+    2-core VM of docs/benchmarks_trainium.md (a profile of ``mp2trn run … --device sim``)."""
     from .memory import prefaulted_empty
 
     x = np.asarray(x)
-    out = (empty or prefaulted_empty)((max(rows or 0, x.shape[0]), *x.shape[1:]), np.float32)   # zero beyond x
+    out = prefaulted_empty((max(rows or 0, x.shape[0]), *x.shape[1:]), np.float32)   # zero beyond x's rows
     filled = out[: x.shape[0]]
 
     def part(index: tuple) -> None:
@@ -129,16 +128,14 @@ def fp32_copy(x: np.ndarray, rows: int | None = None, empty=None) -> np.ndarray:
     return out
 
 
-def fp32_pair(x: np.ndarray, empty=None) -> tuple[np.ndarray, np.ndarray]:
+def fp32_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """fp64 ``x`` as two fp32 arrays (fp32(x), fp32(x − fp32(x))): 48 of its 53 bits in 8 bytes per element,
     the form in which the SCF tensor goes to an NKI device that makes its compensated planes itself
-    (kernels/resplit.py); in parts on :func:`host_threads` threads, into arrays from ``empty(shape, dtype)``
-    (as in :func:`fp32_copy`)."""
+    (kernels/resplit.py); in parts on :func:`host_threads` threads."""
     from .memory import prefaulted_empty
 
     x = np.asarray(x, dtype=np.float64)
-    empty = empty or prefaulted_empty
-    hi, lo = empty(x.shape, np.float32), empty(x.shape, np.float32)
+    hi, lo = prefaulted_empty(x.shape, np.float32), prefaulted_empty(x.shape, np.float32)
 
     def part(index: tuple) -> None:
         np.copyto(hi[index], x[index], casting="same_kind")

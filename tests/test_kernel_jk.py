@@ -179,33 +179,6 @@ def test_fp32_copy_of_the_tensor_is_numpys_rounding_with_zero_rows(shape, rows, 
     assert np.array_equal(got[: shape[0]], x.astype(np.float32)) and not got[shape[0]:].any()
 
 
-def test_device_memory_is_counted_with_the_launches_not_as_host_work():
-    """The arrays a device keeps once the host has sent them (the SCF tensor's fp32 copy and pairs) come from
-    Launcher.device_empty: zeroed, in the device's stage's launch wall time (the time the whole-run model
-    leaves out of the host's), no launch counted; the fp32 copy and pair are made into them."""
-    from mp2trn.devices.nki_device import SimDevice
-    from mp2trn.precision import fp32_copy, fp32_pair
-
-    dev = SimDevice("fp32", "trn1")
-    launcher = dev.launcher
-    before = launcher.launch_wall_s().get("scf_jk", 0.0)
-    block = np.random.default_rng(2).standard_normal((130, 24, 24))
-    made = []
-
-    def empty(shape, dtype):
-        made.append(launcher.device_empty("scf_jk", shape, dtype))
-        return made[-1]
-
-    copy = fp32_copy(block, 256, empty)
-    hi, lo = fp32_pair(block, empty)
-    assert [a is b for a, b in zip(made, (copy, hi, lo))] == [True] * 3
-    assert copy.shape == (256, 24, 24) and not copy[130:].any()
-    assert np.array_equal(hi, block.astype(np.float32)) and np.array_equal(lo, (block - hi).astype(np.float32))
-    assert launcher.launch_wall_s()["scf_jk"] > before and launcher.launches["scf_jk"] == 0
-    kept = dev.jk_tensor(block, np.float32)          # the device's own blocks come from there too
-    assert len(launcher.walls["scf_jk"]) == 4 and np.array_equal(kept[:130], block.astype(np.float32))
-
-
 def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():
     """A group of more rows than SBUF holds for its columns (3300 rows of 520 columns on trn1: 2816 fit) is
     read twice, for its column maxima and for the split: the same planes as the host's split."""

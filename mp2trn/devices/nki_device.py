@@ -27,7 +27,6 @@ pair step runs in fp32 in every mode (no compensated planes for ``mp2_density``;
 
 from __future__ import annotations
 
-import functools
 import os
 import weakref
 from collections.abc import Callable
@@ -282,10 +281,9 @@ class NkiDevice(Device):
         # whole 128-row tiles: Z's p·n rows (n ≥ 8) are then whole SYRK_X3_ROWS launches, one signature each;
         # a block of fewer rows (a tight budget's streamed blocks) is not padded to 128: that is its cost
         rows = self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128 if p >= 128 else p)
-        empty = functools.partial(self.launcher.device_empty, "scf_jk")   # what the device keeps: its memory
         if planes > 1:   # the pair now (a streamed block is made by a reader thread), the planes at first use
-            return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows, empty)
-        kept = fp32_copy(block, rows, empty)   # (rows, nao, nao)
+            return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows)
+        kept = fp32_copy(block, rows)   # (rows, nao, nao)
         self.launcher.keep(kept)
         return kept
 
@@ -534,7 +532,7 @@ class NkiDevice(Device):
 
         p, nao, _ = rows.shape
         padded = self._bucket(("zvector", nao), p)                   # zero rows: the last, shorter chunk
-        hi, lo = fp32_pair(_pad_rows(rows, padded), functools.partial(self.launcher.device_empty, "zvector"))
+        hi, lo = fp32_pair(_pad_rows(rows, padded))
         self.launcher.keep(hi, lo)
         planes = _split_by_mu(self.launcher, "zvector", hi, lo)       # the planes ao_to_mo would send
         self.launcher.drop(hi, lo)
@@ -738,13 +736,13 @@ class _X3Block:
         return cls(mode.split_operand(block, axis=1, moving=False), by_p, p, nao, host)
 
     @classmethod
-    def pair_of(cls, host: np.ndarray, rows: int, empty=None) -> "_X3Block":
+    def pair_of(cls, host: np.ndarray, rows: int) -> "_X3Block":
         """A block whose planes the device will make (:meth:`made_on`): ``host`` (p, nao, nao) fp64, zero-padded
         to ``rows`` rows, as an fp32 pair (:func:`mp2trn.precision.fp32_pair`: 8 bytes per element, against
         the planes' 16). Host work only, so a reader thread can make the next streamed block meanwhile."""
         from ..precision import fp32_pair
 
-        return cls(None, None, rows, host.shape[1], host, fp32_pair(_pad_rows(host, rows), empty))
+        return cls(None, None, rows, host.shape[1], host, fp32_pair(_pad_rows(host, rows)))
 
     def made_on(self, launcher) -> "_X3Block":
         """This block with its planes in device memory (made at the first call, in the launching thread):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 import weakref
 from collections import defaultdict
@@ -155,24 +154,6 @@ class Launcher:
         self.walls[stage].append(dt)
         return out
 
-    def device_empty(self, stage: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A new zeroed array for an input the device keeps in its own memory once the host has sent it (the
-        SCF tensor's fp32 copy and fp32 pairs). On Trainium the runtime allocates that in the device's HBM;
-        here it is host memory, and mapping fresh host memory is slow on a virtual machine (``python
-        scripts/bench_scf_costs.py --only touch``), so the allocation's wall time counts with the stage's
-        launches (:meth:`launch_wall_s`: not host work on a Trainium instance). Filling it — the host's
-        conversion of its rows — stays host work. Made by a reader thread (a streamed block's pair), the
-        allocation overlaps the launches and is not counted."""
-        from ..memory import prefaulted_empty
-
-        t0 = time.perf_counter()
-        out = prefaulted_empty(tuple(shape), dtype)
-        if threading.current_thread() is threading.main_thread():
-            dt = time.perf_counter() - t0
-            self.wall_s[stage] += dt
-            self.walls[stage].append(dt)
-        return out
-
     def _run(self, stage, kernel, args, kwargs, stay=False):  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -255,9 +236,8 @@ class Launcher:
         self.transfers[stage].append((to_device, to_host, first_use))
 
     def launch_wall_s(self, since: dict | None = None) -> dict[str, float]:
-        """Wall seconds spent inside :meth:`launch` per stage (emulation, checks, copies) and in
-        :meth:`device_empty`, of all launches or those after ``since``: on the sim device, time that is not
-        host work on a Trainium instance."""
+        """Wall seconds spent inside :meth:`launch` per stage (emulation, checks, copies), of all launches or
+        those after ``since``: on the sim device, time that is not host work on a Trainium instance."""
         start = (since or {}).get("walls", {})
         return {s: float(sum(v[start.get(s, 0):])) for s, v in self.walls.items()}
 
