@@ -186,6 +186,7 @@ class JKTensor:
         self.full: np.ndarray | None = None     # this rank's fp64 rows (resident)
         self.kept: list | None = None           # the device blocks made from ``full``, for ``kept_for``
         self.kept_for = None                    # (dtype, device name)
+        self.kept_step = 0                      # rows per kept block
         self.file = None   # the streamed tensor's file (TensorFile), False when it could not be built
         self.how = "PySCF's tensor, streamed"   # how the rows were made (what-ran)
         self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
@@ -216,7 +217,10 @@ class JKTensor:
         planes = {"planes": mode.planes} if mode.compensated else {}   # asked only of devices that build so
         if self.kept is not None and self.kept_for == (mode.name, device.name):
             return self.kept
-        self.kept = None  # a precision switch frees the old device copy first
+        # a precision switch frees the old device copy first — unless the new blocks are compensated ones of
+        # the same device, which may reuse the old blocks' rows (Device.jk_tensor's ``previous``)
+        previous = self.kept if mode.compensated and self.kept_for and self.kept_for[1] == device.name else None
+        previous_step, self.kept = self.kept_step, None
         src = self.source
         nao = src.mol.nao_nr()
         if src._cderi is None and src.auxmol is None:
@@ -241,9 +245,13 @@ class JKTensor:
             self.full = self._resident_rows(nao, packed)
             self.seconds += time.perf_counter() - t0
         step = max(1, self.full.shape[0]) if device.jk_resident_one_block else blksize
+        starts = range(0, self.full.shape[0], step)
+        if previous is None or previous_step != step:   # the old blocks' rows must be the new blocks' rows
+            previous = [None] * len(starts)
         self.kept = [device.jk_tensor(self.full[p0 : p0 + step], dtype, keep_copy=not self.copy_left_out,
-                                      **planes) for p0 in range(0, self.full.shape[0], step)]
-        self.kept_for = (mode.name, device.name)
+                                      **planes, **({"previous": old} if old is not None else {}))
+                     for p0, old in zip(starts, previous)]
+        self.kept_for, self.kept_step = (mode.name, device.name), step
         return self.kept
 
     def _streamed_rows(self, naux: int, blksize: int):

@@ -113,12 +113,13 @@ def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
     """``x`` rounded to fp32 (as ``x.astype(np.float32)``), with zero rows appended along axis 0 up to
     ``rows``: the SCF tensor as an NKI device's fp32 builds keep it. New memory in small pages faulted in by
     every core (:func:`mp2trn.memory.prefaulted_empty`), filled in parts on :func:`host_threads` threads:
-    NumPy's own conversion fills fresh huge pages from one thread, 1.8 s for Inosine's 0.69 GB copy on the
-    2-core VM of docs/benchmarks_trainium.md (a profile of ``mp2trn run … --device sim``)."""
+    NumPy's own conversion fills fresh huge pages from one thread (``python scripts/bench_scf_costs.py
+    --only copy`` times both)."""
     from .memory import prefaulted_empty
 
     x = np.asarray(x)
-    out = prefaulted_empty((max(rows or 0, x.shape[0]), *x.shape[1:]), np.float32)   # zero beyond x's rows
+    out = prefaulted_empty((max(rows or 0, x.shape[0]), *x.shape[1:]), np.float32)
+    out[x.shape[0]:] = 0.0
     filled = out[: x.shape[0]]
 
     def part(index: tuple) -> None:
@@ -128,18 +129,31 @@ def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
     return out
 
 
-def fp32_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def fp32_pair(x: np.ndarray, rows: int | None = None,
+              hi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """fp64 ``x`` as two fp32 arrays (fp32(x), fp32(x − fp32(x))): 48 of its 53 bits in 8 bytes per element,
     the form in which the SCF tensor goes to an NKI device that makes its compensated planes itself
-    (kernels/resplit.py); in parts on :func:`host_threads` threads."""
+    (kernels/resplit.py); zero rows appended along axis 0 up to ``rows``; in parts on :func:`host_threads`
+    threads. ``hi``: fp32(x) already made (:func:`fp32_copy` of x with as many rows), taken as the first
+    array: only the second is made."""
     from .memory import prefaulted_empty
 
     x = np.asarray(x, dtype=np.float64)
-    hi, lo = prefaulted_empty(x.shape, np.float32), prefaulted_empty(x.shape, np.float32)
+    shape = (max(rows or 0, x.shape[0]), *x.shape[1:])
+    made_hi = hi is None
+    if made_hi:
+        hi = prefaulted_empty(shape, np.float32)
+    elif hi.shape != shape or hi.dtype != np.float32:
+        raise ValueError(f"fp32_pair: hi is {hi.dtype} {hi.shape}, not float32 {shape}")
+    lo = prefaulted_empty(shape, np.float32)
+    for a in (hi, lo) if made_hi else (lo,):
+        a[x.shape[0]:] = 0.0
+    hi_x, lo_x = hi[: x.shape[0]], lo[: x.shape[0]]
 
     def part(index: tuple) -> None:
-        np.copyto(hi[index], x[index], casting="same_kind")
-        np.subtract(x[index], hi[index], out=lo[index], casting="same_kind")
+        if made_hi:
+            np.copyto(hi_x[index], x[index], casting="same_kind")
+        np.subtract(x[index], hi_x[index], out=lo_x[index], casting="same_kind")
 
     _in_parts(x.shape, -1, part)
     return hi, lo

@@ -22,6 +22,10 @@
 8. ``heap``    an 8 MB NumPy elementwise step with glibc's mmap threshold fixed at 128 kB (a fresh mapping
                 for every temporary) and at the 32 MB a production budget gets
                 (``memory.return_freed_memory``), each way in two fresh processes taking turns.
+9. ``copy``    the sim/neuron device's copies of the resident SCF tensor (256-row blocks, each kept): its
+                fp32 rows by NumPy's ``astype`` against ``precision.fp32_copy``, and the compensated builds'
+                fp32 pairs made afresh against with their first half taken from the fp32 rows (what the
+                precision switch now does), each in a fresh process, the ways taking turns.
 7. ``planes``  the host side of the sim/neuron device's J/K builds, no kernel run: the tensor's fp32 copy
                 and its compensated planes (once per SCF and precision: ``NkiDevice.jk_tensor``), and per
                 fp32x3 build the host's fp64 work around the kernels (Z's two planes added, ρ, Z split
@@ -93,6 +97,44 @@ def _fill(label: str, shape: tuple[int, ...]) -> None:
     a = _MAKERS[label](shape)
     a[...] = 1.0
     print(f"{time.perf_counter() - t0:.2f}")
+
+
+#: the ways ``copy`` times, each in a fresh process: the resident tensor's 256-row blocks (the sim device's)
+_COPIES = ("numpy astype", "fp32_copy", "fp32 pairs afresh", "fp32 pairs from the fp32 rows")
+
+
+def copy(mol, rounds: int = 2) -> None:
+    """Seconds to make the kept device copies of the SCF tensor's blocks (see the module docstring)."""
+    naux = df.addons.make_auxmol(mol, df.make_auxbasis(mol)).nao_nr()   # the SCF's fitting basis, as touch's
+    shape = (naux, mol.nao_nr(), mol.nao_nr())
+    for rnd in range(rounds):
+        for label in _COPIES if rnd % 2 == 0 else _COPIES[::-1]:
+            time.sleep(5)
+            out = subprocess.run([sys.executable, __file__, "--copy", label, *map(str, shape)], check=True,
+                                 capture_output=True, text=True).stdout.strip()
+            print(f"copy round {rnd + 1}: {label}, {naux} rows of {shape[1]}² in 256-row blocks: {out}")
+
+
+def _copy(label: str, shape: tuple[int, ...]) -> None:
+    from mp2trn.precision import fp32_copy, fp32_pair
+
+    full = prefaulted_empty(shape)
+    full[...] = 1.0
+    starts = range(0, shape[0], 256)
+    padded = [-(-len(full[p0:p0 + 256]) // 128) * 128 for p0 in starts]
+    rows = None
+    if label == "fp32 pairs from the fp32 rows":   # made before the clock starts: the fp32 builds' rows
+        rows = [fp32_copy(full[p0:p0 + 256], n) for p0, n in zip(starts, padded)]
+    t0 = time.perf_counter()
+    if label == "numpy astype":
+        kept = [full[p0:p0 + 256].astype(np.float32) for p0 in starts]
+    elif label == "fp32_copy":
+        kept = [fp32_copy(full[p0:p0 + 256], n) for p0, n in zip(starts, padded)]
+    else:
+        kept = [fp32_pair(full[p0:p0 + 256], n, None if rows is None else rows[k])
+                for k, (p0, n) in enumerate(zip(starts, padded))]
+    print(f"{time.perf_counter() - t0:.2f} s")
+    del kept
 
 
 def blocks(mol) -> None:
@@ -270,11 +312,15 @@ def main() -> None:
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--only", nargs="+", default=["tensor", "touch", "blocks", "rank", "guess"],
-                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf", "planes", "heap"])
+                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf", "planes", "heap", "copy"])
     ap.add_argument("--fill", nargs="+", help=argparse.SUPPRESS)   # touch's child process: LABEL N1 N2 N3
+    ap.add_argument("--copy", nargs="+", help=argparse.SUPPRESS)   # copy's child process: LABEL N1 N2 N3
     args = ap.parse_args()
     if args.fill:
         _fill(args.fill[0], tuple(int(n) for n in args.fill[1:]))
+        return
+    if args.copy:
+        _copy(args.copy[0], tuple(int(n) for n in args.copy[1:]))
         return
     mol = build_mole(args.xyz, basis=args.basis)
     print(f"{Path(args.xyz).stem}/{args.basis}; {machine_description()}")

@@ -179,6 +179,31 @@ def test_fp32_copy_of_the_tensor_is_numpys_rounding_with_zero_rows(shape, rows, 
     assert np.array_equal(got[: shape[0]], x.astype(np.float32)) and not got[shape[0]:].any()
 
 
+def test_compensated_block_reuses_the_fp32_rows_the_device_holds():
+    """At the SCF's precision switch a compensated block takes the fp32 builds' rows (Device.jk_tensor's
+    ``previous``) as the first half of its fp32 pair: the same pair as made afresh, and the rows, already in
+    device memory, not sent again; a previous handle of another shape is not taken."""
+    from mp2trn.devices.nki_device import SimDevice
+    from mp2trn.precision import fp32_pair
+
+    block = np.random.default_rng(4).standard_normal((130, 24, 24))
+    dev = SimDevice("fp32", "trn1")
+    rows = dev.jk_tensor(block, np.float32)                   # (256, 24, 24): padded to whole 128-row tiles
+    x3 = dev.jk_tensor(block, np.float64, planes=3, previous=rows)
+    fresh = fp32_pair(block, rows.shape[0])
+    assert x3.pair[0] is rows
+    assert all(np.array_equal(a, b) for a, b in zip(x3.pair, fresh)) and not x3.pair[1][130:].any()
+    c = np.random.default_rng(5).standard_normal((24, 3))
+    dev.jk_block(rows, [(c, 1.0)], c @ c.T, True, True)      # an fp32 build: the rows sent once
+    sent = dev.launcher.transfer_record()["scf_jk"]["to_device"]
+    x3.made_on(dev.launcher)
+    assert dev.launcher.transfer_record()["scf_jk"]["to_device"] - sent == rows.nbytes   # the second half only
+    other = SimDevice("fp32", "trn1").jk_tensor(block[:100], np.float64, planes=3, previous=rows)   # unpadded
+    assert other.pair[0] is not rows and other.pair[0].shape == (100, 24, 24)
+    with pytest.raises(ValueError):
+        fp32_pair(block, 256, hi=rows[:128])
+
+
 def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():
     """A group of more rows than SBUF holds for its columns (3300 rows of 520 columns on trn1: 2816 fit) is
     read twice, for its column maxima and for the split: the same planes as the host's split."""

@@ -254,15 +254,19 @@ class Device(ABC):
     #: copy); a device whose copy is its working tensor (GPU, NeuronCore) cannot
     jk_copy_optional: bool = False
 
-    def jk_tensor(self, block: np.ndarray, dtype: np.dtype, keep_copy: bool = True, planes: int = 1) -> Any:
+    def jk_tensor(self, block: np.ndarray, dtype: np.dtype, keep_copy: bool = True, planes: int = 1,
+                  previous: Any = None) -> Any:
         """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
 
         block: fp64 rows B_P (each symmetric), a view into the host tensor: (p, nao(nao+1)/2) packed when
         :attr:`jk_packed`, else (p, nao, nao); dtype: the arithmetic of the builds that will use it;
         keep_copy: False only for a device with :attr:`jk_copy_optional`, when the plan has no room for its
         copy; planes > 1: the block split for a compensated precision's kernels (only devices whose
-        :attr:`jk_precisions` list one are asked). The handle stays in device memory for every build of the
-        SCF in that precision (an NKI launcher keeps it, :meth:`~mp2trn.devices.nki_launch.Launcher.keep`;
+        :attr:`jk_precisions` list one are asked), with ``previous`` the handle of the same rows for the
+        builds before the precision switch (resident tensor only), which the device may reuse (an NKI
+        device's fp32 rows are the first half of the compensated block's fp32 pair). The handle stays in
+        device memory for every build of the SCF in that precision (an NKI launcher keeps it,
+        :meth:`~mp2trn.devices.nki_launch.Launcher.keep`;
         the cuda device holds a GPU tensor) until :meth:`release_jk`. Returns a device-side handle for
         :meth:`jk_block` (on the CPU, a view, an fp32 copy, or a note to convert as it reads).
         """

@@ -272,9 +272,11 @@ class NkiDevice(Device):
         2 + 4 bytes split along μ and 2 + 4 + 4 along P)."""
         return 16 if planes > 1 else 4
 
-    def jk_tensor(self, block, dtype, keep_copy=True, planes=1):   # the copy is the working tensor: always kept
+    def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None):   # the copy is always kept
         """The block in device memory: fp32 rows, or (compensated) its :class:`_X3Block` planes. The launcher
-        keeps the arrays resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision."""
+        keeps the arrays resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision. A
+        compensated block made from the block's fp32 rows (``previous``) takes them as the first half of
+        its fp32 pair: they are in device memory already, and only the second half is made and sent."""
         from ..precision import fp32_copy
 
         p = block.shape[0]
@@ -282,7 +284,9 @@ class NkiDevice(Device):
         # a block of fewer rows (a tight budget's streamed blocks) is not padded to 128: that is its cost
         rows = self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128 if p >= 128 else p)
         if planes > 1:   # the pair now (a streamed block is made by a reader thread), the planes at first use
-            return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows)
+            hi = previous if isinstance(previous, np.ndarray) and previous.dtype == F32 and \
+                previous.shape == (rows, *block.shape[1:]) else None
+            return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows, hi)
         kept = fp32_copy(block, rows)   # (rows, nao, nao)
         self.launcher.keep(kept)
         return kept
@@ -532,7 +536,7 @@ class NkiDevice(Device):
 
         p, nao, _ = rows.shape
         padded = self._bucket(("zvector", nao), p)                   # zero rows: the last, shorter chunk
-        hi, lo = fp32_pair(_pad_rows(rows, padded))
+        hi, lo = fp32_pair(rows, padded)
         self.launcher.keep(hi, lo)
         planes = _split_by_mu(self.launcher, "zvector", hi, lo)       # the planes ao_to_mo would send
         self.launcher.drop(hi, lo)
@@ -736,13 +740,14 @@ class _X3Block:
         return cls(mode.split_operand(block, axis=1, moving=False), by_p, p, nao, host)
 
     @classmethod
-    def pair_of(cls, host: np.ndarray, rows: int) -> "_X3Block":
+    def pair_of(cls, host: np.ndarray, rows: int, hi: np.ndarray | None = None) -> "_X3Block":
         """A block whose planes the device will make (:meth:`made_on`): ``host`` (p, nao, nao) fp64, zero-padded
         to ``rows`` rows, as an fp32 pair (:func:`mp2trn.precision.fp32_pair`: 8 bytes per element, against
-        the planes' 16). Host work only, so a reader thread can make the next streamed block meanwhile."""
+        the planes' 16; ``hi``: its first half, fp32(host), already made). Host work only, so a reader thread
+        can make the next streamed block meanwhile."""
         from ..precision import fp32_pair
 
-        return cls(None, None, rows, host.shape[1], host, fp32_pair(_pad_rows(host, rows)))
+        return cls(None, None, rows, host.shape[1], host, fp32_pair(host, rows, hi))
 
     def made_on(self, launcher) -> "_X3Block":
         """This block with its planes in device memory (made at the first call, in the launching thread):
@@ -756,7 +761,8 @@ class _X3Block:
 
         rows, nao = self.rows, self.nao
         hi, lo = self.pair
-        launcher.keep(hi, lo)                     # sent once for both launches
+        # sent once for both launches; hi may be the fp32 builds' rows, in device memory already
+        launcher.keep(*(a for a in (hi, lo) if not launcher.is_kept(a)))
         self.by_mu = _split_by_mu(launcher, "scf_jk", hi, lo)
         padded = -(-rows // J_X3_ROWS) * J_X3_ROWS
         flat = launcher.launch("scf_jk", resplit_x3, (hi.reshape(rows, nao * nao), lo.reshape(rows, nao * nao),

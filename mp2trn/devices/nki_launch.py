@@ -202,6 +202,10 @@ class Launcher:
             return None
         return entry[1:]
 
+    def is_kept(self, a: np.ndarray) -> bool:
+        """Whether ``a`` (or the array it views) is kept in device memory (:meth:`keep`)."""
+        return self._is_kept(a)
+
     def _is_kept(self, a: np.ndarray) -> bool:
         root = root_array(a)
         ref = self._kept.get(id(root))
