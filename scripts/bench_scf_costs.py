@@ -75,21 +75,31 @@ def tensor(mol) -> None:
 _MAKERS = {"np.empty": np.empty, "prefaulted_empty": prefaulted_empty}
 
 
-def touch(mol, rounds: int = 3) -> None:
-    """Fill a new array the size of the tensor: NumPy's (huge pages advised) against
-    :func:`mp2trn.memory.prefaulted_empty` (small pages, faulted in by one thread per core). Each fill runs
-    in a fresh process after a 5 s pause, the two ways taking turns and swapping the lead every round, so
-    that neither inherits the other's freshly freed (still backed) memory more often."""
-    naux = df.addons.make_auxmol(mol, df.make_auxbasis(mol)).nao_nr()
-    shape = (naux, mol.nao_nr(), mol.nao_nr())
-    gb = np.prod(shape) * 8 / 1e9
-    labels = list(_MAKERS)
+def _tensor_shape(mol) -> tuple[int, int, int]:
+    """(naux, nao, nao) of the SCF's tensor, unpacked (the fitting basis PySCF picks for the SCF)."""
+    return df.addons.make_auxmol(mol, df.make_auxbasis(mol)).nao_nr(), mol.nao_nr(), mol.nao_nr()
+
+
+def _turns(flag: str, labels: list[str], shape: tuple[int, ...], rounds: int):
+    """Yield (round, label, the child's output) for each way in a fresh process (``__file__ flag label
+    shape``) after a 5 s pause, the ways taking turns and the lead swapped every round, so that none inherits
+    another's freshly freed (still backed) memory more often."""
     for rnd in range(rounds):
         for label in labels if rnd % 2 == 0 else labels[::-1]:
             time.sleep(5)
-            out = subprocess.run([sys.executable, __file__, "--fill", label, *map(str, shape)], check=True,
+            out = subprocess.run([sys.executable, __file__, flag, label, *map(str, shape)], check=True,
                                  capture_output=True, text=True).stdout.strip()
-            print(f"touch round {rnd + 1}: {label} of {gb:.2f} GB in a fresh process, then filled: {out} s")
+            yield rnd + 1, label, out
+
+
+def touch(mol, rounds: int = 3) -> None:
+    """Fill a new array the size of the tensor: NumPy's (huge pages advised) against
+    :func:`mp2trn.memory.prefaulted_empty` (small pages, faulted in by one thread per core), each in a
+    fresh process (:func:`_turns`)."""
+    shape = _tensor_shape(mol)
+    gb = np.prod(shape) * 8 / 1e9
+    for rnd, label, out in _turns("--fill", list(_MAKERS), shape, rounds):
+        print(f"touch round {rnd}: {label} of {gb:.2f} GB in a fresh process, then filled: {out} s")
 
 
 def _fill(label: str, shape: tuple[int, ...]) -> None:
@@ -100,19 +110,14 @@ def _fill(label: str, shape: tuple[int, ...]) -> None:
 
 
 #: the ways ``copy`` times, each in a fresh process: the resident tensor's 256-row blocks (the sim device's)
-_COPIES = ("numpy astype", "fp32_copy", "fp32 pairs afresh", "fp32 pairs from the fp32 rows")
+_COPIES = ["numpy astype", "fp32_copy", "fp32 pairs afresh", "fp32 pairs from the fp32 rows"]
 
 
 def copy(mol, rounds: int = 2) -> None:
     """Seconds to make the kept device copies of the SCF tensor's blocks (see the module docstring)."""
-    naux = df.addons.make_auxmol(mol, df.make_auxbasis(mol)).nao_nr()   # the SCF's fitting basis, as touch's
-    shape = (naux, mol.nao_nr(), mol.nao_nr())
-    for rnd in range(rounds):
-        for label in _COPIES if rnd % 2 == 0 else _COPIES[::-1]:
-            time.sleep(5)
-            out = subprocess.run([sys.executable, __file__, "--copy", label, *map(str, shape)], check=True,
-                                 capture_output=True, text=True).stdout.strip()
-            print(f"copy round {rnd + 1}: {label}, {naux} rows of {shape[1]}² in 256-row blocks: {out}")
+    shape = _tensor_shape(mol)
+    for rnd, label, out in _turns("--copy", _COPIES, shape, rounds):
+        print(f"copy round {rnd}: {label}, {shape[0]} rows of {shape[1]}² in 256-row blocks: {out}")
 
 
 def _copy(label: str, shape: tuple[int, ...]) -> None:
