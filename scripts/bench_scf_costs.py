@@ -126,7 +126,8 @@ def _copy(label: str, shape: tuple[int, ...]) -> None:
     full = prefaulted_empty(shape)
     full[...] = 1.0
     starts = range(0, shape[0], 256)
-    padded = [-(-len(full[p0:p0 + 256]) // 128) * 128 for p0 in starts]
+    # every block padded to the largest block's whole 128-row tiles, as the device's row bucket does
+    padded = [max(-(-len(full[p0:p0 + 256]) // 128) * 128 for p0 in starts)] * len(starts)
     rows = None
     if label == "fp32 pairs from the fp32 rows":   # made before the clock starts: the fp32 builds' rows
         rows = [fp32_copy(full[p0:p0 + 256], n) for p0, n in zip(starts, padded)]

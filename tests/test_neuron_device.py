@@ -151,3 +151,21 @@ def test_neuron_launcher_frees_a_dropped_array_and_never_reuses_a_stale_copy(fak
     a[:] = 7
     launcher.keep(a)
     assert launcher._to_device(a).numpy()[0, 0] == 7
+
+
+def test_neuron_launcher_frees_the_device_tensor_of_a_kept_array_the_host_frees(fake_xla):
+    """A kept array freed on the host (an fp32 SCF block the precision switch does not reuse) takes its
+    device tensor with it, before drop_kept."""
+    import gc
+
+    launcher = get_device("neuron", "fp32").launcher
+    # a copy, as an XLA device's is (the CPU stand-in's from_numpy would share the host array's memory)
+    launcher._copy_to_device = lambda host: launcher._torch.tensor(np.array(host))
+    a = np.arange(6, dtype=np.float32).reshape(2, 3).copy()
+    launcher.keep(a)
+    launcher._to_device(a)
+    key = id(a)
+    assert key in launcher._resident
+    del a
+    gc.collect()
+    assert key not in launcher._resident

@@ -284,8 +284,11 @@ class NkiDevice(Device):
         # a block of fewer rows (a tight budget's streamed blocks) is not padded to 128: that is its cost
         rows = self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128 if p >= 128 else p)
         if planes > 1:   # the pair now (a streamed block is made by a reader thread), the planes at first use
+            # the rows as made for the fp32 builds: an array of their own (a view of another kept array would
+            # be dropped with it once the planes are made), of the padded rows' shape
             hi = previous if isinstance(previous, np.ndarray) and previous.dtype == F32 and \
-                previous.shape == (rows, *block.shape[1:]) else None
+                previous.shape == (rows, *block.shape[1:]) and root_array(previous).nbytes == previous.nbytes \
+                else None
             return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows, hi)
         kept = fp32_copy(block, rows)   # (rows, nao, nao)
         self.launcher.keep(kept)

@@ -458,9 +458,13 @@ class NeuronLauncher(Launcher):
 
     def keep(self, *arrays: np.ndarray) -> None:
         """As :meth:`Launcher.keep`; a device tensor left from an earlier array with the same id (freed on the
-        host since) is forgotten, so this array is copied at its first launch."""
+        host since) is forgotten, so this array is copied at its first launch; the device tensor is freed
+        when the host array is (an SCF block the precision switch does not reuse, say), not only at
+        :meth:`drop` or :meth:`drop_kept`."""
+        resident = self._resident   # the finaliser holds the dict, not the launcher
         for a in map(root_array, arrays):
-            self._resident.pop(id(a), None)
+            resident.pop(id(a), None)
+            weakref.finalize(a, resident.pop, id(a), None)
         super().keep(*arrays)
 
     def drop(self, *arrays: np.ndarray) -> None:
