@@ -31,10 +31,12 @@ _MAX_PAIR_ROWS = 4096
 _MAX_AO_BLOCK_BYTES = 256e6
 # the gradient's fitting-basis and JK-fit derivative passes: the same kind of cap, counted in one nao² fp64
 # square per fitting function, at half the energy's, since their blocks hold about eight such squares per
-# function (integrals, the AO 2PDM and its symmetrised copy, three derivative components; :func:`ao_block_cap`). Inosine/cc-pVDZ's gradient on 2 cores (`mp2trn run --gradient`,
-# this constant varied): one block of the whole budget (1105 RI and 1606 JK-fit functions at the default
-# 14 GB) took 13.4 s and 16.9 s in the two passes, blocks of 301 functions 10.4 and 9.1 s, of 150 functions
-# 7.4 and 9.0 s (docs/benchmarks.md, "Analytic gradients")
+# function (integrals, the AO 2PDM and its symmetrised copy, three derivative components;
+# :func:`ao_block_cap`). Inosine/cc-pVDZ's gradient on 2 cores (`mp2trn run --gradient`, this constant
+# varied): one block of the whole budget (1105 RI and 1606 JK-fit functions at the default 14 GB) took
+# 13.4 s and 16.9 s in the two passes, blocks of 301 functions 10.4 and 9.1 s, of 150 functions 7.4 and
+# 9.0 s (docs/benchmarks.md, "Analytic gradients"); on a 16-core host the cap made no difference either way
+# (docs/benchmarks.md, GPU section)
 MAX_GRADIENT_BLOCK_BYTES = 128e6
 
 

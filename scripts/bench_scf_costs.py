@@ -22,14 +22,14 @@
 8. ``heap``    an 8 MB NumPy elementwise step with glibc's mmap threshold fixed at 128 kB (a fresh mapping
                 for every temporary) and at the 32 MB a production budget gets
                 (``memory.return_freed_memory``), each way in two fresh processes taking turns.
-9. ``copy``    the sim/neuron device's copies of the resident SCF tensor (256-row blocks, each kept): its
-                fp32 rows by NumPy's ``astype`` against ``precision.fp32_copy``, and the compensated builds'
-                fp32 pairs made afresh against with their first half taken from the fp32 rows (what the
-                precision switch now does), each in a fresh process, the ways taking turns.
 7. ``planes``  the host side of the sim/neuron device's J/K builds, no kernel run: the tensor's fp32 copy
                 and its compensated planes (once per SCF and precision: ``NkiDevice.jk_tensor``), and per
                 fp32x3 build the host's fp64 work around the kernels (Z's two planes added, ρ, Z split
                 again for the syrk, K's triangle filled), on random data of the run's shapes.
+9. ``copy``    the sim/neuron device's copies of the resident SCF tensor (256-row blocks, each kept): its
+                fp32 rows by NumPy's ``astype`` against ``precision.fp32_copy``, and the compensated builds'
+                fp32 pairs made afresh against with their first half taken from the fp32 rows (what the
+                precision switch now does), each in a fresh process, the ways taking turns.
 
 A benchmark: it prints measurements and asserts nothing.
 """

@@ -112,7 +112,7 @@ def test_hydroxyl_uhf_frozen_core_same_minimum_everywhere(tmp_path, monkeypatch)
     assert abs(np.linalg.norm(g[1] - g[0]) * BOHR - r) < 1e-3
 
 
-def test_constraint_is_kept(tmp_path):
+def test_constraintis_kept(tmp_path):
     cons = tmp_path / "cons.txt"
     cons.write_text("$set\nangle 2 1 3 95.0\n")
     res, out, _, _ = optimize_cli(tmp_path, "molecules/water.xyz", "--constraints", str(cons))

@@ -266,8 +266,8 @@ class Device(ABC):
         builds before the precision switch (resident tensor only), which the device may reuse (an NKI
         device's fp32 rows are the first half of the compensated block's fp32 pair). The handle stays in
         device memory for every build of the SCF in that precision (an NKI launcher keeps it,
-        :meth:`~mp2trn.devices.nki_launch.Launcher.keep`;
-        the cuda device holds a GPU tensor) until :meth:`release_jk`. Returns a device-side handle for
+        :meth:`~mp2trn.devices.nki_launch.Launcher.keep`; the cuda device holds a GPU tensor) until
+        :meth:`release_jk`. Returns a device-side handle for
         :meth:`jk_block` (on the CPU, a view, an fp32 copy, or a note to convert as it reads).
         """
         raise NotImplementedError(f"device {self.name!r} has no J/K stage")

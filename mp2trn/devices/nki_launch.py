@@ -189,7 +189,7 @@ class Launcher:
         kept 2-D array ``kept``, zero-padded on the right to ``arg``'s width: the device makes it from its
         copy of ``kept`` (a slice in device memory) instead of receiving it from the host. The emulator runs
         on ``arg`` itself; the transfer records count ``kept``'s bytes once, at its first such launch."""
-        if not self._is_kept(kept) or kept.ndim != 2 or arg.ndim != 2 or arg.shape[0] != kept.shape[0] \
+        if not self.is_kept(kept) or kept.ndim != 2 or arg.ndim != 2 or arg.shape[0] != kept.shape[0] \
                 or not 0 <= col0 <= col0 + ncols <= min(kept.shape[1], col0 + arg.shape[1]):
             raise ValueError("derive: the argument must be a column range of a kept 2-D array")
         derived = self._derived   # the callback closes over the dict, not the launcher
@@ -198,15 +198,12 @@ class Launcher:
     def _derivation(self, a: np.ndarray) -> tuple[np.ndarray, int, int] | None:
         """(kept array, first column, columns) when ``a`` is made on the device from a kept array."""
         entry = self._derived.get(id(a))
-        if entry is None or entry[0]() is not a or not self._is_kept(entry[1]):
+        if entry is None or entry[0]() is not a or not self.is_kept(entry[1]):
             return None
         return entry[1:]
 
     def is_kept(self, a: np.ndarray) -> bool:
         """Whether ``a`` (or the array it views) is kept in device memory (:meth:`keep`)."""
-        return self._is_kept(a)
-
-    def _is_kept(self, a: np.ndarray) -> bool:
         root = root_array(a)
         ref = self._kept.get(id(root))
         return ref is not None and ref() is root
@@ -226,7 +223,7 @@ class Launcher:
                 key = (id(root), a.__array_interface__["data"][0], a.nbytes)
                 ref = self._on_device.get(key)
                 seen = ref is not None and ref() is root
-                to_device += 0 if seen and self._is_kept(a) else a.nbytes
+                to_device += 0 if seen and self.is_kept(a) else a.nbytes
                 if not seen:
                     first_use += a.nbytes
                     self._on_device[key] = weakref.ref(root, lambda _r, k=key: self._on_device.pop(k, None))
@@ -485,7 +482,7 @@ class NeuronLauncher(Launcher):
             if a.shape[1] > n:
                 part = self._torch.nn.functional.pad(part, (0, a.shape[1] - n))
             return part.contiguous()
-        if not self._is_kept(a):
+        if not self.is_kept(a):
             return self._copy_to_device(a)
         root = root_array(a)
         if not (a.flags.c_contiguous and root.flags.c_contiguous):

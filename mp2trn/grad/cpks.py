@@ -74,8 +74,9 @@ class ResponseJK:
         # in pages faulted in by every core at once (memory.prefaulted_empty): B_vv alone is 0.84 GB on
         # Inosine, and a VM maps fresh memory slowly
         self.b_oo = [prefaulted_empty((self.naux, o, o)) for o, _ in shapes]
-        self.b_ov = [prefaulted_empty((self.naux, o, v)) for o, v in shapes]   # (Q, i, a): its (Q·i, a) rows are
-        self.b_vv = [prefaulted_empty((self.naux, v, v)) for _, v in shapes]   # Σ_Q B^Q_vo W_Q's contraction as they lie
+        # B_ov as (Q, i, a): its (Q·i, a) rows are Σ_Q B^Q_vo W_Q's contraction as they lie
+        self.b_ov = [prefaulted_empty((self.naux, o, v)) for o, v in shapes]
+        self.b_vv = [prefaulted_empty((self.naux, v, v)) for _, v in shapes]
         for q0, b in self._chunks(tensor):                 # each chunk read (and sent) once for every channel
             q = len(b)
             for ch, mo, oo, ov, vv in zip(chans, self.device.response_blocks(b, [ch.c for ch in chans]),
