@@ -218,3 +218,18 @@ def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():
     planes, _ = run(resplit_x3, exact, rest, 6)
     for got, want in zip(planes, resplit_reference(exact, rest, 6)):
         assert np.array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+def test_factor_widths_are_whole_tiles_with_little_padding():
+    """A density factor's columns are padded to a multiple of 8 (Z's rows then fill whole 1024-row syrk_x3
+    launches) with at most 12.5 % zero columns above 64 (Inosine's 70 occupied orbitals: 72, not the 128 of
+    a power of two), never above MAX_BLOCK; within a run never below the widest so far (few signatures)."""
+    from mp2trn.devices.nki_device import MAX_BLOCK, SimDevice, factor_width
+
+    for n in range(1, MAX_BLOCK + 1):
+        w = factor_width(n)
+        assert w % 8 == 0 and n <= w <= MAX_BLOCK
+        assert w - n < 8 or (w - n) <= 0.125 * n
+    assert factor_width(70) == 72 and factor_width(140) == 144
+    dev = SimDevice("fp32", "trn1")
+    assert [dev._factor_width(30, n) for n in (70, 64, 75, 12)] == [72, 72, 80, 80]

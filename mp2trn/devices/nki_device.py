@@ -50,8 +50,8 @@ BLOCKS_ENV = "MP2TRN_NKI_BLOCKS"
 #: about-neuron/arch/neuron-hardware/trainium.rst and trainium2.rst)
 HBM_PER_CORE_GIB = {"trn1": 32 / 2, "trn2": 96 / 8}
 #: most distinct kernel signatures (NEFF compiles on Trainium) one run may use per stage, with the host's
-#: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per power-of-two factor width
-#: (initial guess ±, alpha, beta), and in fp32x3 resplit_x3 three times (Z's 1024-row launches, the tensor's
+#: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per factor width (the widest so
+#: far of the run, :func:`factor_width`), and in fp32x3 resplit_x3 three times (Z's 1024-row launches, the tensor's
 #: two plane sets); ao_to_mo — per spin, the first block size and one larger one; metric —
 #: one column chunk per spin; pairs — diagonal and off-diagonal blocks per spin channel (αα, ββ, αβ);
 #: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways); zvector —
@@ -261,6 +261,12 @@ class NkiDevice(Device):
         self._rows[key] = size
         return size
 
+    def _factor_width(self, nao: int, n: int) -> int:
+        """The padded width of a density factor block of ``n`` orbitals: :func:`factor_width`, never below
+        the widest of this run (one signature for the full builds' occupied orbitals and the difference
+        densities' parts, which are about as wide)."""
+        return self._bucket(("scf_jk_factor", nao), factor_width(n))
+
     # -- the SCF's J/K builds: fp32 kernels, and the compensated fp32x3 ones (see mp2trn.jk) ------------
     has_jk = True
     jk_precisions = ("fp32", "fp32x3")
@@ -311,7 +317,7 @@ class NkiDevice(Device):
             eye = np.eye(nao, dtype=F32)      # C_vir = 1: batched_gemm's second half is TensorE's transpose
             for c, sign in factors:
                 for part in _factor_parts(c):
-                    co = _padded_factor(part, F32)
+                    co = _padded_factor(part, self._factor_width(nao, part.shape[1]), F32)
                     kw = {"group": self.plan.ao_group(nao, co.shape[1], nao)}
                     z = self.launcher.launch("scf_jk", batched_gemm, (block, co, eye), kw, stay=True)  # (p·n, nao)
                     vk += sign * lower_to_full(self.launcher.launch("scf_jk", syrk, (z,), {}))   # Z stays there
@@ -354,7 +360,7 @@ class NkiDevice(Device):
             if not with_k:
                 continue
             for part in _factor_parts(c):
-                co = _padded_factor(part, np.float64)
+                co = _padded_factor(part, self._factor_width(nao, part.shape[1]), np.float64)
                 n = co.shape[1]
                 args = (*block.by_mu, *mode.split_operand(co, axis=0, moving=True), *eye, *mode.grid_args(nao))
                 kw = {"group": self.plan_x3.ao_group(nao, n, nao)}
@@ -707,11 +713,21 @@ def _factor_parts(c: np.ndarray):
         yield c[:, i0:i0 + MAX_BLOCK]
 
 
-def _padded_factor(part: np.ndarray, dtype) -> np.ndarray:
-    """A factor block with zero columns up to a power of two (≥ 8): zero columns add nothing to J or K, and
-    the widths bound the distinct kernel signatures (:data:`SIGNATURE_BOUND`)."""
-    n = min(MAX_BLOCK, max(8, 1 << (part.shape[1] - 1).bit_length()))
-    co = np.zeros((part.shape[0], n), dtype=dtype)
+def factor_width(n: int) -> int:
+    """The width a factor block of ``n`` orbitals is padded to: a multiple of 8 (Z's p·n rows are then whole
+    :data:`SYRK_X3_ROWS` launches for p a multiple of 128) in steps of an eighth of a power of two, ≤ 12.5 %
+    of zero columns (Inosine's 70 occupied orbitals: 72 columns, where the next power of two gave 128: the
+    exchange's Z, its DMA and its syrk scale with the width), at most :data:`MAX_BLOCK`."""
+    n = max(8, int(n))
+    step = max(8, 1 << (n.bit_length() - 4))
+    return min(MAX_BLOCK, -(-n // step) * step)
+
+
+def _padded_factor(part: np.ndarray, width: int, dtype) -> np.ndarray:
+    """A factor block with zero columns up to ``width`` (:func:`factor_width`, bucketed per run so that the
+    widths, and with them the distinct kernel signatures, stay few: :data:`SIGNATURE_BOUND`): zero columns
+    add nothing to J or K."""
+    co = np.zeros((part.shape[0], width), dtype=dtype)
     co[:, :part.shape[1]] = part
     return co
 
