@@ -109,18 +109,42 @@ def split(x: np.ndarray, axis: int, beta: int, with_full: bool = False):
     return hi16, lo
 
 
+def _unpacked_shape(x: np.ndarray, rows: int | None) -> tuple[int, ...]:
+    """The shape of ``x``'s copy with ``rows`` rows: (rows, nao, nao) for packed rows (p, nao(nao+1)/2)."""
+    from .packed import nao_of_pairs
+
+    tail = (nao_of_pairs(x.shape[1]),) * 2 if x.ndim == 2 else x.shape[1:]
+    return (max(rows or 0, x.shape[0]), *tail)
+
+
+def _by_rows_unpacked(x: np.ndarray, fn) -> None:
+    """``fn(r0, r1, u)`` over chunks of the packed rows ``x`` (u: rows [r0, r1) unpacked, fp64), the rows cut
+    in parts on :func:`host_threads` threads, each unpacking a few rows at a time in a buffer of its own."""
+    from .packed import each_unpacked_chunk
+
+    def part(index: tuple) -> None:
+        start, stop, _ = index[0].indices(x.shape[0])
+        each_unpacked_chunk(x[start:stop], lambda r0, r1, u: fn(start + r0, start + r1, u))
+
+    _in_parts(x.shape, -1, part)
+
+
 def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
     """``x`` rounded to fp32 (as ``x.astype(np.float32)``), with zero rows appended along axis 0 up to
-    ``rows``: the SCF tensor as an NKI device's fp32 builds keep it. New memory in small pages faulted in by
-    every core (:func:`mp2trn.memory.prefaulted_empty`), filled in parts on :func:`host_threads` threads:
+    ``rows``: the SCF tensor as an NKI device's fp32 builds keep it. Packed rows ``x`` (p, nao(nao+1)/2)
+    (:mod:`mp2trn.packed`) give their unpacked copy (rows, nao, nao). New memory in small pages faulted in
+    by every core (:func:`mp2trn.memory.prefaulted_empty`), filled in parts on :func:`host_threads` threads:
     NumPy's own conversion fills fresh huge pages from one thread (``python scripts/bench_scf_costs.py
     --only copy`` times both)."""
     from .memory import prefaulted_empty
 
     x = np.asarray(x)
-    out = prefaulted_empty((max(rows or 0, x.shape[0]), *x.shape[1:]), np.float32)
+    out = prefaulted_empty(_unpacked_shape(x, rows), np.float32)
     out[x.shape[0]:] = 0.0
     filled = out[: x.shape[0]]
+    if x.ndim == 2:
+        _by_rows_unpacked(x, lambda r0, r1, u: np.copyto(filled[r0:r1], u, casting="same_kind"))
+        return out
 
     def part(index: tuple) -> None:
         np.copyto(filled[index], x[index], casting="same_kind")
@@ -134,12 +158,13 @@ def fp32_pair(x: np.ndarray, rows: int | None = None,
     """fp64 ``x`` as two fp32 arrays (fp32(x), fp32(x − fp32(x))): 48 of its 53 bits in 8 bytes per element,
     the form in which the SCF tensor goes to an NKI device that makes its compensated planes itself
     (kernels/resplit.py); zero rows appended along axis 0 up to ``rows``; in parts on :func:`host_threads`
-    threads. ``hi``: fp32(x) already made (:func:`fp32_copy` of x with as many rows), taken as the first
-    array: only the second is made."""
+    threads. Packed rows ``x`` (p, nao(nao+1)/2) give the pair of their unpacked (rows, nao, nao). ``hi``:
+    fp32(x) already made (:func:`fp32_copy` of x with as many rows), taken as the first array: only the
+    second is made."""
     from .memory import prefaulted_empty
 
     x = np.asarray(x, dtype=np.float64)
-    shape = (max(rows or 0, x.shape[0]), *x.shape[1:])
+    shape = _unpacked_shape(x, rows)
     made_hi = hi is None
     if made_hi:
         hi = prefaulted_empty(shape, np.float32)
@@ -149,6 +174,15 @@ def fp32_pair(x: np.ndarray, rows: int | None = None,
     for a in (hi, lo) if made_hi else (lo,):
         a[x.shape[0]:] = 0.0
     hi_x, lo_x = hi[: x.shape[0]], lo[: x.shape[0]]
+
+    def rows_of(r0: int, r1: int, u: np.ndarray) -> None:
+        if made_hi:
+            np.copyto(hi_x[r0:r1], u, casting="same_kind")
+        np.subtract(u, hi_x[r0:r1], out=lo_x[r0:r1], casting="same_kind")
+
+    if x.ndim == 2:
+        _by_rows_unpacked(x, rows_of)
+        return hi, lo
 
     def part(index: tuple) -> None:
         if made_hi:

@@ -301,6 +301,9 @@ def test_sim_device_j_and_k_in_fp32(references, name):
     launches = mf.with_df.device.launcher.launches["scf_jk"]
     nset = 2 if name == "hydroxyl" else 1
     assert launches == 3 * nset  # one tensor block: batched_gemm + syrk per density set, coulomb per set
+    # the host keeps the rows packed (half the memory); the device's copy of them is unpacked
+    tensor = mf.with_df.tensor
+    assert tensor.layout == "packed" and tensor.full.ndim == 2 and tensor.kept[0].ndim == 3
 
 
 @pytest.mark.parametrize("name,basis", [

@@ -233,3 +233,34 @@ def test_factor_widths_are_whole_tiles_with_little_padding():
     assert factor_width(70) == 72 and factor_width(140) == 144
     dev = SimDevice("fp32", "trn1")
     assert [dev._factor_width(30, n) for n in (70, 64, 75, 12)] == [72, 72, 80, 80]
+
+
+def test_packed_host_rows_give_the_devices_unpacked_blocks_and_the_same_builds(monkeypatch):
+    """An NKI device takes the SCF tensor's packed host rows (half the host memory): its fp32 rows and the
+    compensated builds' fp32 pair are those of the unpacked rows, bit for bit (unpacked in parts on two
+    threads), and the builds give the same J and K (J's ρ reads the packed rows: fp64 rounding apart)."""
+    from pyscf import lib
+
+    from mp2trn.devices.nki_device import SimDevice
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    rng = np.random.default_rng(12)
+    naux, nao = 140, 30
+    b = _tensor(rng, naux, nao)
+    packed = lib.pack_tril(b)
+    c = rng.standard_normal((nao, 5)) / 3
+    d = c @ c.T
+    builds = []
+    for rows in (packed, b):
+        dev = SimDevice("fp32", "trn1")
+        assert dev.jk_packed
+        fp32 = dev.jk_tensor(rows, np.float32)
+        x3 = dev.jk_tensor(rows, np.float64, planes=3, previous=fp32)
+        assert fp32.shape == (256, nao, nao) and x3.pair[0] is fp32
+        builds.append((fp32, x3.pair[1], dev.jk_block(fp32, [(c, 1.0)], d, True, True),
+                       dev.jk_block(x3, [(c, 1.0)], d, True, True)))
+    (r_p, lo_p, f32_p, x3_p), (r_u, lo_u, f32_u, x3_u) = builds
+    assert np.array_equal(r_p, r_u) and np.array_equal(lo_p, lo_u)
+    assert all(np.array_equal(p, u) for p, u in zip(f32_p, f32_u))          # fp32 builds: the same launches
+    for p, u in zip(x3_p, x3_u):
+        assert np.abs(p - u).max() < 1e-13 * np.abs(u).max()

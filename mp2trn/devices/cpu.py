@@ -18,6 +18,7 @@ from pyscf import lib
 from scipy.linalg import blas as scipy_blas
 
 from ..memory import prefaulted_empty
+from ..packed import coulomb_weights, nao_of_pairs
 from ..roofline import StageMeter
 from ..threads import blas_threads, one_blas_pool, one_thread_each
 from .base import Device, PairDensities
@@ -432,7 +433,7 @@ class CpuDevice(Device):
         p = src.shape[0]
         packed = src.ndim == 2
         terms = [(np.ascontiguousarray(c.T, dtype=dtype), sign) for c, sign in factors if c.shape[1] and with_k]
-        weights = _coulomb_weights(dm, packed) if with_j else None
+        weights = coulomb_weights(dm, packed) if with_j else None
         outs: dict[int, tuple] = {}
 
         def rows(k: int, p0: int, p1: int) -> None:
@@ -589,21 +590,6 @@ class _Cast:
 
     def __init__(self, block: np.ndarray, dtype: np.dtype, nao: int):
         self.block, self.dtype, self.nao = block, dtype, nao
-
-
-def nao_of_pairs(npair: int) -> int:
-    """n with n(n+1)/2 = ``npair`` (the side of a packed lower triangle)."""
-    n = int(round((np.sqrt(8 * npair + 1) - 1) / 2))
-    if n * (n + 1) // 2 != npair:
-        raise ValueError(f"{npair} is not a triangular number of pairs")
-    return n
-
-
-def _coulomb_weights(dm: np.ndarray, packed: bool) -> np.ndarray:
-    """D over the rows as stored: packed, the lower triangle with off-diagonal pairs counted twice
-    (ρ_P = B_P·D then reads each pair once); unpacked, D flat."""
-    dm = np.asarray(dm)
-    return lib.pack_tril(2 * dm - np.diag(np.diag(dm))) if packed else dm.ravel()
 
 
 def _unpack_j(vj: np.ndarray, packed: bool, nao: int) -> np.ndarray:

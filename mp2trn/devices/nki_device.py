@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import InputError, ResourceError
 from ..nkiemu.targets import DEFAULT_TARGET
+from ..packed import coulomb_weights, nao_of_pairs
 from ..precision import combine_planes
 from .base import Device, PairDensities, root_array
 from .nki_launch import Launcher, make_launcher
@@ -273,19 +274,26 @@ class NkiDevice(Device):
     #: difference-density builds: the fp32x3 final builds settle the energy only when incremental (mp2trn.jk)
     jk_incremental = True
 
+    #: the host keeps the tensor's rows packed (:mod:`mp2trn.packed`, half the host memory, and half the bytes
+    #: J's ρ = B·D reads in a compensated build); the device's copies are unpacked as they are made
+    jk_packed = True
+
     def jk_copy_itemsize(self, dtype, planes=1) -> int:
-        """fp32: the block in fp32 (4 bytes); compensated: the planes of both splits (:class:`_X3Block`,
-        2 + 4 bytes split along μ and 2 + 4 + 4 along P)."""
-        return 16 if planes > 1 else 4
+        """Per element of the packed rows (about half an unpacked row's): fp32, the unpacked block in fp32
+        (2 × 4 bytes); compensated, the planes of both splits of the unpacked block (:class:`_X3Block`, 2 + 4
+        bytes split along μ and 2 + 4 + 4 along P: 2 × 16)."""
+        return 32 if planes > 1 else 8
 
     def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None):   # the copy is always kept
-        """The block in device memory: fp32 rows, or (compensated) its :class:`_X3Block` planes. The launcher
-        keeps the arrays resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision. A
-        compensated block made from the block's fp32 rows (``previous``) takes them as the first half of
-        its fp32 pair: they are in device memory already, and only the second half is made and sent."""
+        """The block — packed host rows (p, nao(nao+1)/2), or unpacked ones — in device memory: fp32 rows
+        (rows, nao, nao), or (compensated) its :class:`_X3Block` planes. The launcher keeps the arrays
+        resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision. A compensated block
+        made from the block's fp32 rows (``previous``) takes them as the first half of its fp32 pair: they are
+        in device memory already, and only the second half is made and sent."""
         from ..precision import fp32_copy
 
         p = block.shape[0]
+        nao = nao_of_pairs(block.shape[1]) if block.ndim == 2 else block.shape[1]
         # whole 128-row tiles: Z's p·n rows (n ≥ 8) are then whole SYRK_X3_ROWS launches, one signature each;
         # a block of fewer rows (a tight budget's streamed blocks) is not padded to 128: that is its cost
         rows = self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128 if p >= 128 else p)
@@ -293,10 +301,10 @@ class NkiDevice(Device):
             # the rows as made for the fp32 builds: an array of their own (a view of another kept array would
             # be dropped with it once the planes are made), of the padded rows' shape
             hi = previous if isinstance(previous, np.ndarray) and previous.dtype == F32 and \
-                previous.shape == (rows, *block.shape[1:]) and root_array(previous).nbytes == previous.nbytes \
+                previous.shape == (rows, nao, nao) and root_array(previous).nbytes == previous.nbytes \
                 else None
             return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows, hi)
-        kept = fp32_copy(block, rows)   # (rows, nao, nao)
+        kept = fp32_copy(block, rows)   # (rows, nao, nao), unpacked
         self.launcher.keep(kept)
         return kept
 
@@ -313,14 +321,16 @@ class NkiDevice(Device):
         p, nao, _ = block.shape
         vj = vk = None
         if with_k:
-            vk = np.zeros((nao, nao))
+            low = np.zeros((nao, nao))        # Σ sign · ZᵀZ, the kernels' lower triangles in fp64, mirrored once
             eye = np.eye(nao, dtype=F32)      # C_vir = 1: batched_gemm's second half is TensorE's transpose
             for c, sign in factors:
                 for part in _factor_parts(c):
                     co = _padded_factor(part, self._factor_width(nao, part.shape[1]), F32)
                     kw = {"group": self.plan.ao_group(nao, co.shape[1], nao)}
                     z = self.launcher.launch("scf_jk", batched_gemm, (block, co, eye), kw, stay=True)  # (p·n, nao)
-                    vk += sign * lower_to_full(self.launcher.launch("scf_jk", syrk, (z,), {}))   # Z stays there
+                    k = self.launcher.launch("scf_jk", syrk, (z,), {})                        # Z stays there
+                    (np.add if sign > 0 else np.subtract)(low, k, out=low)
+            vk = lower_to_full(low)
         if with_j:
             flat = block.reshape(p, nao * nao)
             _, j = self.launcher.launch("scf_jk", coulomb, (flat, np.asarray(dm, dtype=F32).reshape(1, -1)), {})
@@ -375,7 +385,8 @@ class NkiDevice(Device):
         vk = lower_to_full(low) if with_k else None          # mirrored once per build
         rho = np.zeros(p)
         if with_j:
-            rho[:block.host.shape[0]] = block.host.reshape(block.host.shape[0], -1) @ density.ravel()
+            host = block.host.reshape(block.host.shape[0], -1)      # packed rows: half the bytes of unpacked ones
+            rho[:host.shape[0]] = host @ coulomb_weights(density, block.host.ndim == 2)
         vj = None
         if with_j:
             vj = np.zeros(nao * nao)
@@ -744,7 +755,7 @@ class _X3Block:
     by_p: tuple | None
     rows: int
     nao: int
-    host: np.ndarray    # the host's fp64 rows the planes were made from (not a copy): J's ρ = B·D
+    host: np.ndarray    # the host's fp64 rows the planes were made from, packed or not (not a copy): J's ρ = B·D
     pair: tuple | None = None   # the rows as an fp32 pair until the device has made the planes
 
     @classmethod
@@ -760,13 +771,15 @@ class _X3Block:
 
     @classmethod
     def pair_of(cls, host: np.ndarray, rows: int, hi: np.ndarray | None = None) -> "_X3Block":
-        """A block whose planes the device will make (:meth:`made_on`): ``host`` (p, nao, nao) fp64, zero-padded
-        to ``rows`` rows, as an fp32 pair (:func:`mp2trn.precision.fp32_pair`: 8 bytes per element, against
-        the planes' 16; ``hi``: its first half, fp32(host), already made). Host work only, so a reader thread
-        can make the next streamed block meanwhile."""
+        """A block whose planes the device will make (:meth:`made_on`): ``host`` fp64, (p, nao, nao) or packed
+        (p, nao(nao+1)/2), unpacked and zero-padded to ``rows`` rows, as an fp32 pair
+        (:func:`mp2trn.precision.fp32_pair`: 8 bytes per element, against the planes' 16; ``hi``: its first
+        half, fp32(host), already made). Host work only, so a reader thread can make the next streamed block
+        meanwhile."""
         from ..precision import fp32_pair
 
-        return cls(None, None, rows, host.shape[1], host, fp32_pair(host, rows, hi))
+        pair = fp32_pair(host, rows, hi)
+        return cls(None, None, rows, pair[0].shape[1], host, pair)
 
     def made_on(self, launcher) -> "_X3Block":
         """This block with its planes in device memory (made at the first call, in the launching thread):
