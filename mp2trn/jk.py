@@ -230,7 +230,8 @@ class JKTensor:
         packed = device.jk_packed
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
         plan = plan_scf_tensor(naux, per_row, device.jk_copy_itemsize(dtype, **planes), device.jk_copy_optional,
-                               0 if packed else nao * nao, self.budget, device.memory_mb())
+                               0 if packed else nao * nao, self.budget, device.memory_mb(),
+                               device.jk_host_copy_itemsize(dtype, **planes))
         resident, self.copy_left_out, blksize, self.why = plan.resident, plan.copy_left_out, plan.block_rows, plan.why
         self.streamed = not resident
         self.layout = "packed" if packed else "unpacked"

@@ -46,6 +46,15 @@ def ao_block_cap(nao: int, max_shell: int, cap_bytes: float = _MAX_AO_BLOCK_BYTE
     return max(max_shell, int(cap_bytes // (nao * nao * 8)))
 
 
+def eighth_step_size(n: int, minimum_step: int = 1) -> int:
+    """``n`` rounded up in steps of an eighth of its power of two (≤ 12.5 % padding), the step at least
+    ``minimum_step``: the sizes a kernel is launched with, few of them per run (each distinct size is a
+    compile on Trainium) and little padding (the collectives' buffers, the SCF's density factors)."""
+    n = max(1, minimum_step, int(n))
+    step = max(minimum_step, 1 << max(0, n.bit_length() - 4))
+    return -(-n // step) * step
+
+
 def _mb(nbytes: float) -> str:
     mb = nbytes / MB
     return f"{mb:.2f} MB" if mb < 10 else f"{mb:.0f} MB"
@@ -501,20 +510,22 @@ SCF_DEVICE_SHARE = 0.5
 
 
 def plan_scf_tensor(naux: int, elements_per_row: int, copy_itemsize: int, copy_optional: bool,
-                    unpacked_per_row: int, budget_mb: float, device_mb: float | None) -> ScfTensorPlan:
+                    unpacked_per_row: int, budget_mb: float, device_mb: float | None,
+                    host_copy_itemsize: int = 0) -> ScfTensorPlan:
     """Resident or streamed SCF tensor for one device and budget.
 
     naux: this rank's auxiliary rows; elements_per_row: per row in the device's layout (nao(nao+1)/2 packed,
     nao² unpacked); copy_itemsize: bytes per element of the device's copy for these builds
     (``Device.jk_copy_itemsize``); unpacked_per_row: elements a streamed row is unpacked into (0 when the
     device reads packed rows); device_mb: the device's own memory (``Device.memory_mb``; None: it computes
-    in host memory, and its copy counts against the budget).
+    in host memory, and its copy counts against the budget); host_copy_itemsize: bytes per element that a
+    device with memory of its own still keeps in host memory for its copy (``Device.jk_host_copy_itemsize``).
     Resident when the fp64 host rows (and a host-memory copy) fit :data:`SCF_TENSOR_SHARE` of the budget and
     a device-memory copy fits :data:`SCF_DEVICE_SHARE` of the device's memory.
     """
     rows_bytes = naux * elements_per_row
     copy_bytes = rows_bytes * copy_itemsize
-    host_copy = copy_bytes if device_mb is None else 0
+    host_copy = copy_bytes if device_mb is None else rows_bytes * host_copy_itemsize
     host_ok = rows_bytes * 8 + host_copy <= SCF_TENSOR_SHARE * budget_mb * MB
     device_ok = device_mb is None or copy_bytes <= SCF_DEVICE_SHARE * device_mb * MB
     resident, left_out = host_ok and device_ok, False

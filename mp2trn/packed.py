@@ -1,10 +1,11 @@
 """The packed layout of symmetric rows: (p, nao(nao+1)/2), the lower triangle μ ≥ ν of each row's
 (nao, nao) matrix row by row (PySCF's ``pack_tril`` order), half the memory of the unpacked (p, nao, nao).
 
-The SCF's fitted tensor is kept so on the host (:class:`mp2trn.jk.JKTensor`, for every device): the CPU's
-builds unpack a few rows at a time as they read them, an NKI device's copies (its fp32 rows, the compensated
-builds' fp32 pair) are unpacked as they are made, and J's ρ_P = B_P·D reads the packed rows with
-:func:`coulomb_weights`.
+The SCF's fitted tensor is kept so on the host (:class:`mp2trn.jk.JKTensor`) for the CPU and the NKI
+devices: the CPU's builds unpack a few rows at a time as they read them (in buffers of their own, kept
+between builds: ``CpuDevice._unpacked_rows``), an NKI device's copies (its fp32 rows, the compensated builds'
+fp32 pair) are unpacked as they are made (:func:`each_unpacked_chunk` through
+:func:`mp2trn.precision.fp32_copy`), and J's ρ_P = B_P·D reads the packed rows with :func:`coulomb_weights`.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DeviceUnavailableError, InputError, Mp2trnError, RankFailed, Terminated
+from .memory import eighth_step_size
 
 #: process-group backend per device kind
 BACKENDS = {"cpu": "gloo", "sim": "gloo", "auto": "gloo", "cuda": "nccl", "neuron": "xla"}
@@ -339,9 +340,7 @@ class NkiComm(Comm):
 def _bucket(words: int) -> int:
     """Buffer sizes in steps of an eighth of a power of two (≤ 12.5 % padding): collective kernels of a
     run then compile a few sizes, not one per array."""
-    words = max(1, int(words))
-    step = max(1, 1 << max(0, words.bit_length() - 4))
-    return -(-words // step) * step
+    return eighth_step_size(words)
 
 
 def _words(a: np.ndarray, n: int) -> np.ndarray:

@@ -59,10 +59,11 @@ def host_threads() -> int:
 _THREADED_SIZE = 1 << 20
 
 
-def _in_parts(shape: tuple[int, ...], skip: int, fn) -> None:
+def _in_parts(shape: tuple[int, ...], skip: int, fn, most: int | None = None) -> None:
     """Call ``fn(index)`` for the parts of an array of ``shape`` cut along its longest axis other than
-    ``skip``, on :func:`host_threads` threads (NumPy's ufuncs release the GIL: the parts run at once)."""
-    threads = host_threads()
+    ``skip``, on :func:`host_threads` threads, at most ``most`` (NumPy's ufuncs release the GIL: the parts
+    run at once)."""
+    threads = min(host_threads(), most or host_threads())
     axes = [a for a in range(len(shape)) if a != skip % len(shape)]
     if threads == 1 or not axes or int(np.prod(shape)) < _THREADED_SIZE:
         fn((slice(None),) * len(shape))
@@ -117,16 +118,22 @@ def _unpacked_shape(x: np.ndarray, rows: int | None) -> tuple[int, ...]:
     return (max(rows or 0, x.shape[0]), *tail)
 
 
+#: the unpacked rows' buffers of all threads together (:func:`_by_rows_unpacked`): each holds at least a row
+_UNPACK_BUFFERS_BYTES = 256e6
+
+
 def _by_rows_unpacked(x: np.ndarray, fn) -> None:
-    """``fn(r0, r1, u)`` over chunks of the packed rows ``x`` (u: rows [r0, r1) unpacked, fp64), the rows cut
-    in parts on :func:`host_threads` threads, each unpacking a few rows at a time in a buffer of its own."""
-    from .packed import each_unpacked_chunk
+    """``fn(r0, r1, u)`` over chunks of the packed fp64 rows ``x`` (u: rows [r0, r1) unpacked), the rows cut
+    in parts on :func:`host_threads` threads, each unpacking a few rows at a time in a buffer of its own (as
+    many threads as keep those buffers within :data:`_UNPACK_BUFFERS_BYTES`)."""
+    from .packed import each_unpacked_chunk, nao_of_pairs
 
     def part(index: tuple) -> None:
         start, stop, _ = index[0].indices(x.shape[0])
         each_unpacked_chunk(x[start:stop], lambda r0, r1, u: fn(start + r0, start + r1, u))
 
-    _in_parts(x.shape, -1, part)
+    row_bytes = 8 * nao_of_pairs(x.shape[1]) ** 2
+    _in_parts(x.shape, -1, part, most=max(1, int(_UNPACK_BUFFERS_BYTES // row_bytes)))
 
 
 def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
@@ -138,7 +145,7 @@ def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
     --only copy`` times both)."""
     from .memory import prefaulted_empty
 
-    x = np.asarray(x)
+    x = np.asarray(x, dtype=np.float64) if np.ndim(x) == 2 else np.asarray(x)   # PySCF unpacks fp64 rows
     out = prefaulted_empty(_unpacked_shape(x, rows), np.float32)
     out[x.shape[0]:] = 0.0
     filled = out[: x.shape[0]]

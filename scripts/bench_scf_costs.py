@@ -26,10 +26,11 @@
                 and its compensated planes (once per SCF and precision: ``NkiDevice.jk_tensor``), and per
                 fp32x3 build the host's fp64 work around the kernels (Z's two planes added, ρ, Z split
                 again for the syrk, K's triangle filled), on random data of the run's shapes.
-9. ``copy``    the sim/neuron device's copies of the resident SCF tensor (256-row blocks, each kept): its
-                fp32 rows by NumPy's ``astype`` against ``precision.fp32_copy``, and the compensated builds'
-                fp32 pairs made afresh against with their first half taken from the fp32 rows (what the
-                precision switch now does), each in a fresh process, the ways taking turns.
+9. ``copy``    the sim/neuron device's copies of the resident SCF tensor (its packed host rows in 256-row
+                blocks, each copy kept): its unpacked fp32 rows by PySCF's ``unpack_tril`` and NumPy's
+                ``astype`` against ``precision.fp32_copy``, and the compensated builds' fp32 pairs made
+                afresh against with their first half taken from the fp32 rows (what the precision switch
+                does), each in a fresh process, the ways taking turns.
 
 A benchmark: it prints measurements and asserts nothing.
 """
@@ -110,20 +111,20 @@ def _fill(label: str, shape: tuple[int, ...]) -> None:
 
 
 #: the ways ``copy`` times, each in a fresh process: the resident tensor's 256-row blocks (the sim device's)
-_COPIES = ["numpy astype", "fp32_copy", "fp32 pairs afresh", "fp32 pairs from the fp32 rows"]
+_COPIES = ["numpy unpack_tril + astype", "fp32_copy", "fp32 pairs afresh", "fp32 pairs from the fp32 rows"]
 
 
 def copy(mol, rounds: int = 2) -> None:
     """Seconds to make the kept device copies of the SCF tensor's blocks (see the module docstring)."""
     shape = _tensor_shape(mol)
     for rnd, label, out in _turns("--copy", _COPIES, shape, rounds):
-        print(f"copy round {rnd}: {label}, {shape[0]} rows of {shape[1]}² in 256-row blocks: {out}")
+        print(f"copy round {rnd}: {label}, {shape[0]} packed rows of {shape[1]}² in 256-row blocks: {out}")
 
 
 def _copy(label: str, shape: tuple[int, ...]) -> None:
     from mp2trn.precision import fp32_copy, fp32_pair
 
-    full = prefaulted_empty(shape)
+    full = prefaulted_empty((shape[0], shape[1] * (shape[1] + 1) // 2))   # the host keeps packed rows
     full[...] = 1.0
     starts = range(0, shape[0], 256)
     # every block padded to the largest block's whole 128-row tiles, as the device's row bucket does
@@ -132,8 +133,8 @@ def _copy(label: str, shape: tuple[int, ...]) -> None:
     if label == "fp32 pairs from the fp32 rows":   # made before the clock starts: the fp32 builds' rows
         rows = [fp32_copy(full[p0:p0 + 256], n) for p0, n in zip(starts, padded)]
     t0 = time.perf_counter()
-    if label == "numpy astype":
-        kept = [full[p0:p0 + 256].astype(np.float32) for p0 in starts]
+    if label == "numpy unpack_tril + astype":
+        kept = [lib.unpack_tril(full[p0:p0 + 256]).astype(np.float32) for p0 in starts]
     elif label == "fp32_copy":
         kept = [fp32_copy(full[p0:p0 + 256], n) for p0, n in zip(starts, padded)]
     else:
@@ -260,7 +261,7 @@ def planes(mol) -> None:
     rng = np.random.default_rng(0)
     rows = 256                                      # one block of the tensor's rows, timed and scaled
     block = rng.standard_normal((rows, nao, nao))
-    block += block.transpose(0, 2, 1)
+    block = lib.pack_tril(block + block.transpose(0, 2, 1))     # the host keeps the tensor's rows packed
     scale = naux / rows
     dev = get_device("sim", "fp32")
     t0 = time.perf_counter()

@@ -414,6 +414,15 @@ def test_scf_tensor_plan_counts_a_device_memory_copy_against_the_device():
     assert device.resident and device.why.startswith("resident")              # 80 MB host, 40 of 1000 MB
     small_device = plan_scf_tensor(naux, per_row, 4, False, 0, budget_mb=1000, device_mb=50)
     assert not small_device.resident and "device" in small_device.why          # 40 MB > half of 50 MB
+    # what such a device keeps in host memory for its copy (neuron: the fp32 rows its tensors stand for)
+    # counts in the budget
+    behind = plan_scf_tensor(naux, per_row, 4, False, 0, budget_mb=220, device_mb=1000, host_copy_itemsize=4)
+    assert not behind.resident                                                 # 80 + 40 MB > 110 MB
+    from mp2trn.devices.nki_device import NeuronDevice, SimDevice
+    sim = SimDevice("fp32", "trn1")          # computes in host memory: its whole copy is counted there
+    assert sim.memory_mb() is None and sim.jk_host_copy_itemsize(np.float32) == 0
+    # (a NeuronDevice cannot be made without the Neuron SDK: its methods read no state)
+    assert NeuronDevice.jk_host_copy_itemsize(sim, np.float32) == sim.jk_copy_itemsize(np.float32)
 
 
 def references_of(name):

@@ -223,7 +223,8 @@ def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():
 def test_factor_widths_are_whole_tiles_with_little_padding():
     """A density factor's columns are padded to a multiple of 8 (Z's rows then fill whole 1024-row syrk_x3
     launches) with at most 12.5 % zero columns above 64 (Inosine's 70 occupied orbitals: 72, not the 128 of
-    a power of two), never above MAX_BLOCK; within a run never below the widest so far (few signatures)."""
+    a power of two), never above MAX_BLOCK; within a run to the current width (few signatures), which a
+    wider block raises and one under 3/4 of it resets (the initial guess's wider factor, a short last part)."""
     from mp2trn.devices.nki_device import MAX_BLOCK, SimDevice, factor_width
 
     for n in range(1, MAX_BLOCK + 1):
@@ -232,7 +233,8 @@ def test_factor_widths_are_whole_tiles_with_little_padding():
         assert w - n < 8 or (w - n) <= 0.125 * n
     assert factor_width(70) == 72 and factor_width(140) == 144
     dev = SimDevice("fp32", "trn1")
-    assert [dev._factor_width(30, n) for n in (70, 64, 75, 12)] == [72, 72, 80, 80]
+    assert [dev._factor_width(30, n) for n in (107, 70, 64, 70, 75, 12)] == [112, 72, 72, 72, 80, 16]
+    assert [dev._factor_width(40, n) for n in (512, 8, 512, 8)] == [512, 8, 512, 8]   # nocc 520: 512 + 8
 
 
 def test_packed_host_rows_give_the_devices_unpacked_blocks_and_the_same_builds(monkeypatch):

@@ -225,8 +225,9 @@ class Device(ABC):
     #: an NKI device) runs on the host CPU, and the SCF record says so per cycle
     jk_precisions: tuple[str, ...] | None = None
 
-    #: whether :meth:`jk_tensor` takes packed rows (p, nao(nao+1)/2), μ ≥ ν, and unpacks them as the builds
-    #: read them (half the host memory of the tensor); else it takes unpacked (p, nao, nao) rows
+    #: whether :meth:`jk_tensor` takes packed rows (p, nao(nao+1)/2), μ ≥ ν (half the host memory of the
+    #: tensor: :mod:`mp2trn.packed`), which the device unpacks as its builds read them or as it makes its
+    #: copy of them; else it takes unpacked (p, nao, nao) rows
     jk_packed: bool = False
 
     def jk_copy_itemsize(self, dtype: np.dtype, planes: int = 1) -> int:
@@ -234,6 +235,12 @@ class Device(ABC):
         (its copy of the blocks; ``planes`` > 1: a compensated precision's planes, asked only of a device
         whose :attr:`jk_precisions` list one); the memory plan of the SCF counts them."""
         return np.dtype(dtype).itemsize
+
+    def jk_host_copy_itemsize(self, dtype: np.dtype, planes: int = 1) -> int:
+        """Bytes per tensor element that a device with memory of its own (:meth:`memory_mb`) keeps in host
+        memory besides the host tensor while its copy is in device memory; the memory plan counts them
+        against the budget (a device computing in host memory has its whole copy counted there)."""
+        return 0
 
     #: whether the SCF's builds are difference-density ones by default (:class:`mp2trn.jk.PrecisionSchedule`:
     #: their rounding error then follows |ΔD|, not |D|). Off where the final builds are fp64 (cpu, cuda): a

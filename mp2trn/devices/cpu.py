@@ -18,7 +18,7 @@ from pyscf import lib
 from scipy.linalg import blas as scipy_blas
 
 from ..memory import prefaulted_empty
-from ..packed import coulomb_weights, nao_of_pairs
+from ..packed import UNPACK_CHUNK_BYTES, coulomb_weights, nao_of_pairs
 from ..roofline import StageMeter
 from ..threads import blas_threads, one_blas_pool, one_thread_each
 from .base import Device, PairDensities
@@ -572,8 +572,8 @@ _LONG_INNER = 64
 #: bytes of one chunk of a grouped product's result (a few MB: the copy into row blocks reads it from cache)
 _GROUPED_CHUNK_BYTES = 4e6
 #: tensor rows unpacked and/or converted at a time (as fp64): a few MB, so that they are still in cache
-#: when the GEMMs read them (Inosine/cc-pVDZ: 4 rows, Cetirizine: 1)
-_UNPACK_CHUNK_BYTES = 4e6
+#: when the GEMMs read them (Inosine/cc-pVDZ: 4 rows, Cetirizine: 1); the NKI devices' copies use the same
+_UNPACK_CHUNK_BYTES = UNPACK_CHUNK_BYTES
 #: fp64 tensor rows J's two GEMVs read at a time: within a core's L2 (2 MB on the 2-core VM), so that the
 #: second pass reads them from cache
 _J_CHUNK_BYTES = 2e6

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, ResourceError
+from ..memory import eighth_step_size
 from ..nkiemu.targets import DEFAULT_TARGET
 from ..packed import coulomb_weights, nao_of_pairs
 from ..precision import combine_planes
@@ -263,10 +264,17 @@ class NkiDevice(Device):
         return size
 
     def _factor_width(self, nao: int, n: int) -> int:
-        """The padded width of a density factor block of ``n`` orbitals: :func:`factor_width`, never below
-        the widest of this run (one signature for the full builds' occupied orbitals and the difference
-        densities' parts, which are about as wide)."""
-        return self._bucket(("scf_jk_factor", nao), factor_width(n))
+        """The padded width of a density factor block of ``n`` orbitals: :func:`factor_width`, padded further
+        to the current width of the run (one signature for the full builds' occupied orbitals and the
+        difference densities' parts, which are at most as wide), which a wider block raises and a block under
+        3/4 of it resets: the initial guess's factor (PySCF's minao guess: 107 fractionally occupied
+        orbitals on Inosine, against 70 occupied) or a short last part of a wide factor gets a width of its
+        own instead of padding every block after it."""
+        key, width = ("scf_jk_factor", nao), factor_width(n)
+        current = self._rows.get(key, 0)
+        if width > current or 4 * width < 3 * current:
+            self._rows[key] = current = width
+        return current
 
     # -- the SCF's J/K builds: fp32 kernels, and the compensated fp32x3 ones (see mp2trn.jk) ------------
     has_jk = True
@@ -729,9 +737,7 @@ def factor_width(n: int) -> int:
     :data:`SYRK_X3_ROWS` launches for p a multiple of 128) in steps of an eighth of a power of two, ≤ 12.5 %
     of zero columns (Inosine's 70 occupied orbitals: 72 columns, where the next power of two gave 128: the
     exchange's Z, its DMA and its syrk scale with the width), at most :data:`MAX_BLOCK`."""
-    n = max(8, int(n))
-    step = max(8, 1 << (n.bit_length() - 4))
-    return min(MAX_BLOCK, -(-n // step) * step)
+    return min(MAX_BLOCK, eighth_step_size(n, minimum_step=8))
 
 
 def _padded_factor(part: np.ndarray, width: int, dtype) -> np.ndarray:
@@ -826,6 +832,12 @@ class NeuronDevice(NkiDevice):
         (:data:`HBM_PER_CORE_GIB`), less what :meth:`hold` keeps there; the SCF tensor's copy and the
         gradient's strips are planned to fit it."""
         return self.hbm_mb() - self.held_mb()
+
+    def jk_host_copy_itemsize(self, dtype, planes=1) -> int:
+        """The host arrays behind the device copy, per packed element: the fp32 rows stay in host memory
+        while their device tensor lives (the launcher keys it by them), 8 bytes; compensated, the fp32 pair
+        of every block until the device has made its planes, 16."""
+        return 16 if planes > 1 else 8
 
     def computes_on_host_cores(self) -> bool:
         return False     # the kernels run on the NeuronCore: the host makes its next integral block meanwhile
