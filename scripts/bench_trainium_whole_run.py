@@ -518,7 +518,9 @@ def tables(recs: list[dict]) -> str:
                 lines.append(f"| {TITLES[case]} | {phase}: {stage} | {e['to_device'] / 1e9:.2f} / "
                              f"{e['to_device_reusing'] / 1e9:.2f} | {e['to_host'] / 1e9:.2f} | {e['trn1_s'] * 1e3:.1f} |")
     if before:
-        machines = [next((r["machine"] for r in rs if r.get("threads") == "all"), "?") for rs in (before, recs)]
+        # the machine of the before records, and of the newest record (the one the table's "now" comes from)
+        machines = [next((r["machine"] for r in rs if r.get("threads") == "all"), "?")
+                    for rs in (before, list(reversed(recs)))]
         same = machines[0].split(",")[0] == machines[1].split(",")[0]
         lines += ["", f"Before and now: the records of {BEFORE_DATE} (the SCF's last builds in fp64 on the host, the "
                   "SCF tensor sent at every build, B and the JK-fit tensor built again by the gradient, the Z-vector "
