@@ -52,8 +52,9 @@ BLOCKS_ENV = "MP2TRN_NKI_BLOCKS"
 #: about-neuron/arch/neuron-hardware/trainium.rst and trainium2.rst)
 HBM_PER_CORE_GIB = {"trn1": 32 / 2, "trn2": 96 / 8}
 #: most distinct kernel signatures (NEFF compiles on Trainium) one run may use per stage, with the host's
-#: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per factor width (the widest so
-#: far of the run, :func:`factor_width`), and in fp32x3 resplit_x3 three times (Z's 1024-row launches, the tensor's
+#: padding (NkiDevice._bucket): J/K — coulomb once, batched_gemm and syrk per factor width (the run's
+#: current width, NkiDevice._factor_width: the initial guess's and the occupied orbitals'), and in fp32x3
+#: resplit_x3 three times (Z's 1024-row launches, the tensor's
 #: two plane sets); ao_to_mo — per spin, the first block size and one larger one; metric —
 #: one column chunk per spin; pairs — diagonal and off-diagonal blocks per spin channel (αα, ββ, αβ);
 #: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways); zvector —
