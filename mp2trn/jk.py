@@ -230,7 +230,8 @@ class JKTensor:
         packed = device.jk_packed
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
         plan = plan_scf_tensor(naux, per_row, device.jk_copy_itemsize(dtype, **planes), device.jk_copy_optional,
-                               0 if packed else nao * nao, self.budget, device.memory_mb(),
+                               0 if packed and not device.jk_streamed_unpacked else nao * nao, self.budget,
+                               device.memory_mb(),
                                device.jk_host_copy_itemsize(dtype, **planes))
         resident, self.copy_left_out, blksize, self.why = plan.resident, plan.copy_left_out, plan.block_rows, plan.why
         self.streamed = not resident
@@ -239,7 +240,8 @@ class JKTensor:
             mine = self._streamed_rows(naux, blksize)
             # an optional copy of a block read once per build would be made again at every build: none
             keep = not device.jk_copy_optional
-            return made_ahead(device.jk_tensor(b if packed else lib.unpack_tril(b), dtype, keep_copy=keep, **planes)
+            unpack = not packed or device.jk_streamed_unpacked
+            return made_ahead(device.jk_tensor(lib.unpack_tril(b) if unpack else b, dtype, keep_copy=keep, **planes)
                               for b in mine)
         if self.full is None:
             t0 = time.perf_counter()

@@ -256,6 +256,13 @@ class Device(ABC):
     #: keeps its launch-sized blocks
     jk_resident_one_block: bool = False
 
+    #: whether a streamed tensor's blocks reach :meth:`jk_tensor` unpacked (p, nao, nao) though the device
+    #: takes packed resident rows; the SCF's plan then counts the unpacked rows per streamed row. The NKI
+    #: devices: their copies made from packed rows in the streamed reader's thread left the benzene/cc-pVDZ
+    #: sim SCF at --memory 300 peaking at 410 MB, against 338 MB before the packed rows and 275 MB this way
+    #: (``/usr/bin/time`` of the SCF alone, 2026-11-27); the CPU unpacks a few rows at a time itself
+    jk_streamed_unpacked: bool = False
+
     #: whether the builds can do without that copy, reading the host rows as they go (slower), when the
     #: SCF's plan has room for the resident host tensor but not for the copy beside it (the CPU's fp32
     #: copy); a device whose copy is its working tensor (GPU, NeuronCore) cannot

@@ -286,12 +286,14 @@ class NkiDevice(Device):
     #: the host keeps the tensor's rows packed (:mod:`mp2trn.packed`, half the host memory, and half the bytes
     #: J's ρ = B·D reads in a compensated build); the device's copies are unpacked as they are made
     jk_packed = True
+    jk_streamed_unpacked = True
 
     def jk_copy_itemsize(self, dtype, planes=1) -> int:
         """Per element of the packed rows (about half an unpacked row's): fp32, the unpacked block in fp32
         (2 × 4 bytes); compensated, the planes of both splits of the unpacked block (:class:`_X3Block`, 2 + 4
-        bytes split along μ and 2 + 4 + 4 along P: 2 × 16)."""
-        return 32 if planes > 1 else 8
+        bytes split along μ and 2 + 4 + 4 along P: 2 × 16) and the fp32 pair they are made from, alive beside
+        them at the precision switch (2 × 8)."""
+        return 48 if planes > 1 else 8
 
     def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None):   # the copy is always kept
         """The block — packed host rows (p, nao(nao+1)/2), or unpacked ones — in device memory: fp32 rows
