@@ -118,19 +118,23 @@ def _unpacked_shape(x: np.ndarray, rows: int | None) -> tuple[int, ...]:
     return (max(rows or 0, x.shape[0]), *tail)
 
 
-#: the unpacked rows' buffers of all threads together (:func:`_by_rows_unpacked`): each holds at least a row
+#: the unpacked rows' buffers of all threads together (:func:`_by_parts`): each holds at least a row
 _UNPACK_BUFFERS_BYTES = 256e6
 
 
-def _by_rows_unpacked(x: np.ndarray, fn) -> None:
-    """``fn(r0, r1, u)`` over chunks of the packed fp64 rows ``x`` (u: rows [r0, r1) unpacked), the rows cut
-    in parts on :func:`host_threads` threads, each unpacking a few rows at a time in a buffer of its own (as
-    many threads as keep those buffers within :data:`_UNPACK_BUFFERS_BYTES`)."""
+def _by_parts(x: np.ndarray, fn) -> None:
+    """``fn(index, values)`` over parts of fp64 ``x`` on :func:`host_threads` threads: ``values`` is
+    ``x[index]``, or for packed rows ``x`` (p, nao(nao+1)/2) rows ``index`` = (slice(r0, r1),) unpacked, a
+    few at a time in a buffer of each thread's own (as many threads as keep those buffers within
+    :data:`_UNPACK_BUFFERS_BYTES`); ``index`` indexes the (unpacked) copy either way."""
+    if x.ndim != 2:
+        _in_parts(x.shape, -1, lambda index: fn(index, x[index]))
+        return
     from .packed import each_unpacked_chunk, nao_of_pairs
 
     def part(index: tuple) -> None:
         start, stop, _ = index[0].indices(x.shape[0])
-        each_unpacked_chunk(x[start:stop], lambda r0, r1, u: fn(start + r0, start + r1, u))
+        each_unpacked_chunk(x[start:stop], lambda r0, r1, u: fn((slice(start + r0, start + r1),), u))
 
     row_bytes = 8 * nao_of_pairs(x.shape[1]) ** 2
     _in_parts(x.shape, -1, part, most=max(1, int(_UNPACK_BUFFERS_BYTES // row_bytes)))
@@ -149,14 +153,7 @@ def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
     out = prefaulted_empty(_unpacked_shape(x, rows), np.float32)
     out[x.shape[0]:] = 0.0
     filled = out[: x.shape[0]]
-    if x.ndim == 2:
-        _by_rows_unpacked(x, lambda r0, r1, u: np.copyto(filled[r0:r1], u, casting="same_kind"))
-        return out
-
-    def part(index: tuple) -> None:
-        np.copyto(filled[index], x[index], casting="same_kind")
-
-    _in_parts(x.shape, -1, part)
+    _by_parts(x, lambda index, v: np.copyto(filled[index], v, casting="same_kind"))
     return out
 
 
@@ -182,21 +179,12 @@ def fp32_pair(x: np.ndarray, rows: int | None = None,
         a[x.shape[0]:] = 0.0
     hi_x, lo_x = hi[: x.shape[0]], lo[: x.shape[0]]
 
-    def rows_of(r0: int, r1: int, u: np.ndarray) -> None:
+    def part(index: tuple, v: np.ndarray) -> None:
         if made_hi:
-            np.copyto(hi_x[r0:r1], u, casting="same_kind")
-        np.subtract(u, hi_x[r0:r1], out=lo_x[r0:r1], casting="same_kind")
+            np.copyto(hi_x[index], v, casting="same_kind")
+        np.subtract(v, hi_x[index], out=lo_x[index], casting="same_kind")
 
-    if x.ndim == 2:
-        _by_rows_unpacked(x, rows_of)
-        return hi, lo
-
-    def part(index: tuple) -> None:
-        if made_hi:
-            np.copyto(hi_x[index], x[index], casting="same_kind")
-        np.subtract(x[index], hi_x[index], out=lo_x[index], casting="same_kind")
-
-    _in_parts(x.shape, -1, part)
+    _by_parts(x, part)
     return hi, lo
 
 

@@ -258,9 +258,9 @@ class Device(ABC):
 
     #: whether a streamed tensor's blocks reach :meth:`jk_tensor` unpacked (p, nao, nao) though the device
     #: takes packed resident rows; the SCF's plan then counts the unpacked rows per streamed row. The NKI
-    #: devices: their copies made from packed rows in the streamed reader's thread left the benzene/cc-pVDZ
-    #: sim SCF at --memory 300 peaking at 410 MB, against 338 MB before the packed rows and 275 MB this way
-    #: (``/usr/bin/time`` of the SCF alone, 2026-11-27); the CPU unpacks a few rows at a time itself
+    #: devices: with their copies made from packed rows in the streamed reader's thread, ``/usr/bin/time -f %M
+    #: mp2trn run molecules/benzene.xyz --device sim --precision fp32 --memory 300`` peaked at 529 MB (350 MB
+    #: before the packed rows, 284 MB this way; 2-core VM, 2026-11-27); the CPU unpacks a few rows itself
     jk_streamed_unpacked: bool = False
 
     #: whether the builds can do without that copy, reading the host rows as they go (slower), when the
