@@ -10,6 +10,7 @@ never silently the JK-fit basis of the SCF.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import warnings
@@ -76,7 +77,7 @@ class DFIntegrals:
 
     def block_count(self, max_functions: int, shells: tuple[int, int] | None = None) -> int:
         """How many blocks ``ao_blocks(max_functions, shells=shells)`` yields."""
-        return sum(1 for _ in _shell_ranges(self.auxmol.ao_loc_nr(), max_functions, *(shells or ())))
+        return len(self.shell_ranges(max_functions, shells))
 
     def ao_blocks(self, max_functions: int, packed: bool = False, shells: tuple[int, int] | None = None,
                   buffers: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -86,21 +87,37 @@ class DFIntegrals:
         blocks are written into ``buffers`` reused buffers in turn: a block is valid until ``buffers`` more
         are asked for (2 for blocks made ahead, :mod:`mp2trn.overlap`).
         """
-        mol, auxmol = self.mol, self.auxmol
-        pmol = mol + auxmol
-        loc = auxmol.ao_loc_nr()
-        nbas, nao = mol.nbas, mol.nao_nr()
-        per_aux = nao * (nao + 1) // 2 if packed else nao * nao
-        ranges = list(_shell_ranges(loc, max_functions, *(shells or ())))
-        bufs = [reused_buffer(ranges, loc, per_aux) for _ in range(max(1, buffers))]
+        loc = self.auxmol.ao_loc_nr()
+        ranges = self.shell_ranges(max_functions, shells)
+        bufs = [reused_buffer(ranges, loc, self.per_aux(packed)) for _ in range(max(1, buffers))]
         for k, (s0, s1) in enumerate(ranges):
-            buf = bufs[k % len(bufs)]
-            if not packed:   # μ ≥ ν computed and unpacked into the buffer (half the integrals of all pairs)
-                yield int(loc[s0]), int(loc[s1]), unpacked_integrals(pmol, nbas, s0, s1, out=buf)
-                continue
-            ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1), out=buf)
-            # PySCF returns (npair, p) in Fortran order, i.e. (p, npair) in C order
-            yield int(loc[s0]), int(loc[s1]), ints.T
+            yield self.ao_block(s0, s1, packed, out=bufs[k % len(bufs)])
+
+    @functools.cached_property
+    def joined(self) -> gto.Mole:
+        """The orbital molecule's shells, then the fitting basis' (what the 3-index integrals are asked of)."""
+        return self.mol + self.auxmol
+
+    def shell_ranges(self, max_functions: int, shells: tuple[int, int] | None = None) -> list[tuple[int, int]]:
+        """The fitting shells of :meth:`ao_blocks`' blocks, [s0, s1) each."""
+        return list(_shell_ranges(self.auxmol.ao_loc_nr(), max_functions, *(shells or ())))
+
+    def per_aux(self, packed: bool) -> int:
+        """Elements of a block per fitting function: nao(nao+1)/2 packed, nao² unpacked."""
+        nao = self.mol.nao_nr()
+        return nao * (nao + 1) // 2 if packed else nao * nao
+
+    def ao_block(self, s0: int, s1: int, packed: bool, out: np.ndarray | None = None) -> tuple[int, int, np.ndarray]:
+        """(p0, p1, (P|μν)) for the fitting shells [s0, s1): (p, nao, nao), or (p, nao(nao+1)/2) with μ ≥ ν
+        packed; in ``out`` (a flat fp64 buffer of at least that size) when given, else a new array."""
+        loc = self.auxmol.ao_loc_nr()
+        pmol, nbas = self.joined, self.mol.nbas
+        p0, p1 = int(loc[s0]), int(loc[s1])
+        if not packed:   # μ ≥ ν computed and unpacked into the buffer (half the integrals of all pairs)
+            return p0, p1, unpacked_integrals(pmol, nbas, s0, s1, out=out)
+        ints = pmol.intor("int3c2e", aosym="s2ij", shls_slice=(0, nbas, 0, nbas, nbas + s0, nbas + s1), out=out)
+        # PySCF returns (npair, p) in Fortran order, i.e. (p, npair) in C order
+        return p0, p1, ints.T
 
 
 def unpacked_integrals(pmol: gto.Mole, nbas: int, s0: int, s1: int, out: np.ndarray | None = None) -> np.ndarray:

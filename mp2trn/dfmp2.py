@@ -31,7 +31,7 @@ from .result import MP2Result, qcschema_molecule
 from .scf import check_converged, scf_jkbasis
 from .progress import Progress
 from .threads import one_blas_pool, pool_note
-from .transform import BStore, KeptB, build_b, build_shared_b
+from .transform import BStore, EarlyIntegrals, KeptB, build_b, build_shared_b
 
 
 def kernel(
@@ -44,6 +44,7 @@ def kernel(
     keep_pair_energies: bool = False,
     comm: Comm | None = None,
     keep_b: KeptB | None = None,
+    early: EarlyIntegrals | None = None,
 ) -> MP2Result:
     """DF-MP2 energy of the converged SCF ``mf`` on ``device`` within ``max_memory`` MB.
 
@@ -54,14 +55,18 @@ def kernel(
     budget is then per rank and every rank returns the same energies.
     keep_b: a holder that keeps B and the fitting integrals for the gradient of the same run (one rank only:
     a run over ranks holds shares of B, which the gradient cannot use); None: B is freed here.
+    early: the fitting integrals begun during the SCF (:func:`mp2trn.transform.start_early_integrals`, the
+    same molecule and fitting basis; one rank), taken here.
     Returns an MP2Result with timings (s) of the stages: df_setup, ao_to_mo, metric, pairs, mp2.
     """
     with one_blas_pool():
-        return _kernel(mf, device, max_memory, auxbasis, frozen, progress, keep_pair_energies, comm or Comm(), keep_b)
+        return _kernel(mf, device, max_memory, auxbasis, frozen, progress, keep_pair_energies, comm or Comm(), keep_b,
+                       early)
 
 
 def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, progress: Progress | None,
-            keep_pair_energies: bool, comm: Comm, keep_b: KeptB | None) -> MP2Result:
+            keep_pair_energies: bool, comm: Comm, keep_b: KeptB | None,
+            early: EarlyIntegrals | None = None) -> MP2Result:
     t_start = time.perf_counter()
     check_converged(mf)
     mol = mf.mol
@@ -74,8 +79,10 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
     spins = spin_orbitals(orbs, frozen_sel)
     if min(s.nocc for s in spins) == 0 or min(s.nvir for s in spins) == 0:
         raise InputError("no active occupied or virtual orbitals: nothing to correlate")
+    if early is not None and (early.dfi.mol is not mol or comm.size > 1):
+        raise ValueError("dfmp2.kernel: the early integrals are of another molecule, or the run is over ranks")
     t0 = time.perf_counter()
-    dfi = build_df(mol, auxbasis)
+    dfi = early.dfi if early is not None else build_df(mol, auxbasis)
     t_df = time.perf_counter() - t0
     plan = plan_blocks(mol.nao_nr(), dfi.naux, [SpinShape(-(-s.nocc // comm.size), s.nvir) for s in spins],
                        dfi.max_aux_shell, max_memory, itemsize=device.storage_dtype.itemsize)
@@ -98,7 +105,7 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
     else:
         store = BStore(dfi.naux, spins, device.storage_dtype, plan.incore)
         try:
-            stage_times = build_b(dfi, spins, device, plan, store, progress)
+            stage_times = build_b(dfi, spins, device, plan, store, progress, early)
             b_on_device = device.hold(store.arrays) if store.incore else "read from the HDF5 file block by block"
             t0 = time.perf_counter()
             pairs = pair_energies(store, spins, device, occ_block, progress)
@@ -125,6 +132,7 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         "aux_block": plan.aux_block,
         "pair_blocks": pairs.block_pairs,
         **({"b_on_device": b_on_device} if comm.size == 1 else {}),
+        **({"mp2_integrals_during_scf": _early_note(early.record)} if early is not None else {}),
         "blas": pool_note(),
     })
     if comm.size > 1:
@@ -132,6 +140,8 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         what_ran["b_share_mb"] = shared_mb
         what_ran["b_share_fraction"] = shared_mb / (dfi.naux * sum(s.nocc * s.nvir for s in spins)
                                                     * device.storage_dtype.itemsize / 1e6)
+    if early is not None:   # the thread's own time, during the SCF: part of no stage
+        stage_times["integrals_during_scf"] = early.record["seconds"]
     timings = {**({"semicanonical": t_orbitals} if reference == "ROHF" else {}), "df_setup": t_df, **stage_times,
                "pairs": t_pairs, "mp2": time.perf_counter() - t_start}
     nelec = mol.nelec
@@ -159,6 +169,12 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         molecule=qcschema_molecule(mol),
         pair_energies=[o + s for o, s in zip(pairs.pair_os, pairs.pair_ss)] if keep_pair_energies else None,
     )
+
+
+def _early_note(record: dict) -> str:
+    """What-ran text of the 3-index blocks made during the SCF."""
+    return (f"{record['blocks']} of {record['of']} 3-index blocks ({record['mb']:.3g} MB) made on the host while "
+            "the SCF ran on the device")
 
 
 class DFMP2:

@@ -244,6 +244,40 @@ def plan_blocks(
     return BlockPlan(budget_mb, aux_block, occ_block, metric_cols, incore, b_bytes / MB)
 
 
+#: share of the budget the MP2 step's 3-index blocks made during the SCF may hold (mp2trn.transform's
+#: EarlyIntegrals), beside the resident SCF tensor's :data:`SCF_TENSOR_SHARE`
+EARLY_BLOCKS_SHARE = 0.25
+
+
+def early_blocks_mb(nao: int, naux: int, spins: list[SpinShape], max_aux_shell: int, budget_mb: float,
+                    itemsize: int) -> float:
+    """MB of the MP2 step's 3-index integral blocks that may be made while the SCF runs and wait for the
+    energy: at most :data:`EARLY_BLOCKS_SHARE` of the budget, and no more than the energy's plan leaves
+    unused when it starts with them still alive — planned with the budget a held SCF tensor leaves (at most
+    :data:`SCF_TENSOR_SHARE`), its B in memory or not and its AO block the same with them as without. 0 when
+    the budget has no such room."""
+    base = budget_mb * (1 - SCF_TENSOR_SHARE)
+
+    def same_plan(early: float) -> bool:
+        try:
+            plan = plan_blocks(nao, naux, spins, max_aux_shell, base - early, itemsize)
+        except (ResourceError, InputError):
+            return False
+        return (plan.incore, plan.aux_block) == (reference.incore, reference.aux_block)
+
+    try:
+        reference = plan_blocks(nao, naux, spins, max_aux_shell, base, itemsize)
+    except (ResourceError, InputError):
+        return 0.0
+    lo, hi = 0.0, EARLY_BLOCKS_SHARE * budget_mb
+    if same_plan(hi):
+        return hi
+    for _ in range(30):      # the plan's blocks only grow with the budget: the largest room that keeps them
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if same_plan(mid) else (lo, mid)
+    return lo
+
+
 def check_budget_before_scf(nao: int, nelec: tuple[int, int], naux: int, max_aux_shell: int, budget: float,
                             itemsize: int) -> None:
     """Raise ResourceError before any heavy work when no block of the MP2 step can fit ``budget`` MB.

@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from .devices.base import Device
@@ -106,9 +107,70 @@ def _produce(blocks: Iterable[T], slots: threading.Semaphore, made: queue.Simple
             it.close()                # the generator's own clean-up runs here, in the thread that ran it
 
 
+class EarlyBlocks:
+    """Blocks made by a thread before the stage that uses them starts — the MP2 step's 3-index integral
+    blocks made while the SCF's builds run on a device off the host's cores (they depend on no orbitals).
+
+    ``makers``: one callable per block, in order, as many as may be held (the caller's memory plan); the
+    thread calls them until they end or :meth:`take` stops it. :meth:`take` hands over the blocks made, in
+    order, and raises the thread's error if it had one. As a context manager, leaving it (an SCF that
+    failed, say) stops the thread and drops what it made."""
+
+    def __init__(self, makers: Iterable[Callable[[], T]], name: str = "mp2trn-early", omp_threads: int | None = None):
+        self._makers = makers
+        self._made: list = []
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self.seconds = 0.0          # the thread's wall time making blocks
+        self._thread = threading.Thread(target=self._run, args=(omp_threads,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, omp_threads: int | None) -> None:
+        t0 = time.perf_counter()
+        try:
+            if omp_threads is not None:
+                from pyscf import lib
+
+                lib.num_threads(omp_threads)     # this thread's OpenMP count only
+            for make in self._makers:
+                if self._stop.is_set():
+                    return
+                self._made.append(make())
+        except BaseException as exc:   # raised in the user's thread by take()
+            self._error = exc
+        finally:
+            self.seconds = time.perf_counter() - t0
+
+    def wait(self) -> None:
+        """Until every block is made (or the thread failed)."""
+        self._thread.join()
+
+    def take(self) -> list[T]:
+        """Stop the thread after the block it is making; the blocks made, in order (handed over once)."""
+        self._stop.set()
+        self._thread.join()
+        made, self._made = self._made, []
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return made
+
+    def close(self) -> None:
+        """Stop the thread and drop its blocks."""
+        self._stop.set()
+        self._thread.join()
+        self._made = []
+
+    def __enter__(self) -> "EarlyBlocks":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def host_blocks(blocks: Iterable[T], device: Device, omp_threads: int | None = None) -> Iterator[T]:
     """``blocks`` made ahead of ``device``'s work when :func:`overlaps` says so, else in turn."""
     return made_ahead(blocks, omp_threads=omp_threads) if overlaps(device) else iter(blocks)
 
 
-__all__ = ["host_blocks", "made_ahead", "overlaps"]
+__all__ = ["EarlyBlocks", "host_blocks", "made_ahead", "overlaps"]

@@ -38,7 +38,7 @@ from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
 from .scratch import check_stopped, run_scratch
-from .transform import KeptB
+from .transform import EarlyIntegrals, KeptB, start_early_integrals
 from .parallel import Comm, device_comm, open_comm
 from .progress import Progress
 
@@ -150,13 +150,14 @@ def check_before_scf(molecule: BuiltMolecule, options: RunOptions, device: Devic
 
 
 def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Device, progress: Progress | None = None,
-              comm: Comm | None = None, dm0=None, keep_tensor: bool = False) -> ScfStage:
+              comm: Comm | None = None, dm0=None, keep_tensor: bool = False, checked: bool = False) -> ScfStage:
     """Molecule → converged SCF (J/K builds on ``device`` where it has them, shared over the ranks of
-    ``comm``), after the checks that need no SCF; ``keep_tensor``: the SCF's resident JK-fit tensor is kept
-    for the gradient's response (:func:`mp2trn.scf.run_scf`)."""
+    ``comm``), after the checks that need no SCF (``checked``: done by the caller); ``keep_tensor``: the
+    SCF's resident JK-fit tensor is kept for the gradient's response (:func:`mp2trn.scf.run_scf`)."""
     molecule = build_molecule(source, options)
     mol = molecule.mol
-    check_before_scf(molecule, options, device)
+    if not checked:
+        check_before_scf(molecule, options, device)
     t0 = time.perf_counter()
     if progress:
         progress("scf", 0, options.max_cycle)
@@ -187,13 +188,19 @@ def compute(
         raise InputError(f"--gradient: device {device.name!r} has no gradient pair step in precision "
                          f"{device.precision!r}; use --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
     one_rank = comm is None or comm.size == 1
-    stage = scf_stage(source, options, device, progress, comm, dm0, keep_tensor=options.gradient and one_rank)
-    check_stopped()
-    # the SCF's tensor, kept for the gradient's response, is held beside everything that follows
-    held = scf_tensor_held_mb(stage, options, device) if options.gradient and one_rank else 0.0
-    with KeptB() as kept:    # with --gradient the energy's B waits here for the gradient (closed after it)
+    molecule = build_molecule(source, options)
+    check_before_scf(molecule, options, device)
+    # on a device computing off the host's cores, the MP2 step's 3-index integrals are made while the SCF runs
+    early = start_early_integrals(molecule.mol, molecule.ri_auxbasis, device,
+                                  budget_mb(options.max_memory)) if one_rank else None
+    with early or contextlib.nullcontext(), KeptB() as kept:   # with --gradient, the energy's B waits in kept
+        stage = scf_stage(molecule, options, device, progress, comm, dm0, keep_tensor=options.gradient and one_rank,
+                          checked=True)
+        check_stopped()
+        # the SCF's tensor, kept for the gradient's response, is held beside everything that follows
+        held = scf_tensor_held_mb(stage, options, device) if options.gradient and one_rank else 0.0
         result, mf = _energy_and_gradient(stage, options, device, held, progress, keep_pair_energies, comm,
-                                          kept if options.gradient else None)
+                                          kept if options.gradient else None, early)
     return result, mf
 
 
@@ -232,13 +239,14 @@ def scf_tensor_held_mb(stage: ScfStage, options: RunOptions, device: Device) -> 
 
 def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, held_mb: float,
                          progress: Progress | None, keep_pair_energies: bool, comm: Comm | None,
-                         kept: KeptB | None) -> tuple[MP2Result, Any]:
+                         kept: KeptB | None, early: EarlyIntegrals | None = None) -> tuple[MP2Result, Any]:
     """The MP2 energy of the SCF of ``stage``, and its gradient with ``--gradient`` (from the energy's B in
-    ``kept``), within the run's budget less the ``held_mb`` MB of the SCF's tensor kept for the gradient."""
+    ``kept``), within the run's budget less the ``held_mb`` MB of the SCF's tensor kept for the gradient;
+    ``early``: the MP2 step's integrals begun during the SCF."""
     mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
     budget = budget_mb(options.max_memory) - held_mb
     result = dfmp2.kernel(mf, device, budget, molecule.ri_auxbasis, options.frozen,
-                          progress, keep_pair_energies, comm, keep_b=kept)
+                          progress, keep_pair_energies, comm, keep_b=kept, early=early)
     method = get_method(options.method)
     what_ran = {**result.what_ran, **_basis_names(molecule, result.what_ran), "bases": molecule.record(),
                 "method": method.record(), "memory_mb": budget_mb(options.max_memory)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import tempfile
 import time
@@ -17,11 +18,11 @@ import h5py
 import numpy as np
 
 from .devices.base import Device
-from .df import DFIntegrals
+from .df import DFIntegrals, build_df
 from .errors import ResourceError
-from .memory import BlockPlan, SpinShape
+from .memory import BlockPlan, SpinShape, early_blocks_mb, plan_blocks
 from .orbitals import SpinOrbitals
-from .overlap import made_ahead, overlaps
+from .overlap import EarlyBlocks, made_ahead, overlaps
 from .parallel import Comm, balanced_counts, offsets, weighted_split
 from .progress import Progress
 from .scratch import check_stopped
@@ -235,6 +236,69 @@ def scratch_writes(what: str, nbytes: float):
                             "disk (or raise --memory to keep it in memory)") from None
 
 
+class EarlyIntegrals:
+    """The MP2 step's fitting integrals begun before the SCF ends: the metric's factor, and a thread making
+    the first 3-index AO blocks (:class:`mp2trn.overlap.EarlyBlocks`) while the SCF's builds run on a device
+    that computes off the host's cores. They depend on no orbitals; :func:`build_b` takes the blocks made and
+    makes the rest. The blocks held are bounded by :func:`mp2trn.memory.early_blocks_mb`."""
+
+    def __init__(self, dfi: DFIntegrals, aux_block: int, packed: bool, blocks: int):
+        self.dfi = dfi
+        self.aux_block = aux_block
+        self.packed = packed
+        self.ranges = dfi.shell_ranges(aux_block)
+        makers = (lambda s0=s0, s1=s1: dfi.ao_block(s0, s1, packed) for s0, s1 in self.ranges[:blocks])
+        self.blocks = EarlyBlocks(makers, name="mp2trn-early-integrals")
+        self.record: dict = {}
+
+    def take(self) -> list[tuple[int, int, np.ndarray]]:
+        """The blocks made so far, in order (the thread stops after the one it is making); the record says
+        how many and how long the thread took."""
+        made = self.blocks.take()
+        self.record = {"blocks": len(made), "of": len(self.ranges),
+                       "mb": round(sum(a.nbytes for *_, a in made) / 1e6, 1), "seconds": self.blocks.seconds}
+        return made
+
+    def close(self) -> None:
+        self.blocks.close()
+
+    def __enter__(self) -> "EarlyIntegrals":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def plan_early_integrals(dfi: DFIntegrals, nelec: tuple[int, int], itemsize: int, packed: bool,
+                         budget_mb: float) -> tuple[int, int]:
+    """(AO block, blocks) of the MP2 step's 3-index integrals that may be made during the SCF within
+    ``budget_mb`` (:func:`mp2trn.memory.early_blocks_mb`, planned with the all-electron orbital counts):
+    the first ``blocks`` of :meth:`DFIntegrals.shell_ranges` with that AO block (half the plan's: the blocks
+    :func:`build_b` makes ahead of such a device); (0, 0) when the budget has no room."""
+    nao = dfi.mol.nao_nr()
+    spins = [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(nelec))]
+    room = early_blocks_mb(nao, dfi.naux, spins, dfi.max_aux_shell, budget_mb, itemsize) * 1e6
+    if room <= 0:
+        return 0, 0
+    aux_block = max(dfi.max_aux_shell, plan_blocks(nao, dfi.naux, spins, dfi.max_aux_shell, budget_mb,
+                                                   itemsize).aux_block // 2)
+    loc, per_aux = dfi.auxmol.ao_loc_nr(), dfi.per_aux(packed) * 8
+    sizes = np.cumsum([(loc[s1] - loc[s0]) * per_aux for s0, s1 in dfi.shell_ranges(aux_block)])
+    return aux_block, int(np.searchsorted(sizes, room, side="right"))
+
+
+def start_early_integrals(mol, auxbasis, device: Device, budget_mb: float) -> EarlyIntegrals | None:
+    """The MP2 step's integrals begun now, before the SCF, where ``device`` computes off the host's cores
+    (:func:`mp2trn.overlap.overlaps`) and the budget has room for blocks held until the energy
+    (:func:`plan_early_integrals`); else None."""
+    if not overlaps(device):
+        return None
+    dfi = build_df(mol, auxbasis)
+    aux_block, blocks = plan_early_integrals(dfi, mol.nelec, device.storage_dtype.itemsize, device.ao_packed,
+                                             budget_mb)
+    return EarlyIntegrals(dfi, aux_block, device.ao_packed, blocks) if blocks else None
+
+
 def build_b(
     dfi: DFIntegrals,
     spins: list[SpinOrbitals],
@@ -242,21 +306,37 @@ def build_b(
     plan: BlockPlan,
     store: BStore,
     progress: Progress | None = None,
+    early: EarlyIntegrals | None = None,
 ) -> dict[str, float]:
-    """Fill ``store`` with B for every spin. Returns stage wall times (s): 'ao_to_mo', 'metric'."""
+    """Fill ``store`` with B for every spin. Returns stage wall times (s): 'ao_to_mo', 'metric'.
+    ``early``: 3-index blocks made during the SCF (their fitting integrals must be ``dfi``), taken first."""
     with scratch_writes("the out-of-core B tensor", plan.b_tensor_mb * 1e6):
-        return _build_b(dfi, spins, device, plan, store, progress)
+        return _build_b(dfi, spins, device, plan, store, progress, early)
 
 
-def _build_b(dfi, spins, device, plan, store, progress) -> dict[str, float]:
+def _handed_over(made: list):
+    """The blocks of ``made`` in order, each dropped from the list as it is handed over (freed once used)."""
+    while made:
+        yield made.pop(0)
+
+
+def _build_b(dfi, spins, device, plan, store, progress, early) -> dict[str, float]:
     t0 = time.perf_counter()
     # where the device computes off the host's cores, the next block's integrals are made while it transforms
     # this one (mp2trn.overlap): two blocks alive, each half the planned block so that both fit its room
     ahead = overlaps(device)
     aux_block = max(dfi.max_aux_shell, plan.aux_block // 2) if ahead else plan.aux_block
-    nblocks = dfi.block_count(aux_block)
-    blocks = dfi.ao_blocks(aux_block, packed=device.ao_packed, buffers=2 if ahead else 1)
-    for k, (p0, p1, ao) in enumerate(made_ahead(blocks) if ahead else blocks):
+    made = []
+    if early is not None:
+        if early.dfi is not dfi or early.packed != device.ao_packed:
+            raise ValueError("build_b: the early blocks are of other fitting integrals or layout")
+        made = early.take()
+    first = early.ranges[len(made) - 1][1] if made else 0      # the first fitting shell left to make
+    nshell = dfi.auxmol.nbas
+    nblocks = len(made) + dfi.block_count(aux_block, (first, nshell))
+    blocks = dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=(first, nshell), buffers=2 if ahead else 1)
+    rest = made_ahead(blocks) if ahead else blocks
+    for k, (p0, p1, ao) in enumerate(itertools.chain(_handed_over(made), rest)):
         for s, orb in enumerate(spins):
             v = device.ao_to_mo(ao, orb.c_occ, orb.c_vir)
             store.arrays[s][p0:p1] = v.reshape(p1 - p0, -1)

@@ -30,6 +30,7 @@ scales Taxol/cc-pVTZ for the NeuronCore table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -65,10 +66,12 @@ SCALING_CASE = "inosine-dz"    # measured at 1 and 2 threads: the thread-scaling
 #: figure for Trainium chips; the NKI memory-hierarchy figure (aws-neuron-sdk
 #: nki/get-started/about/memory-hierarchy-overview.rst, image nki/img/pm-memory.png) gives host (CPU)
 #: memory "~16 GB/sec", taken here per direction for the one chip a run uses. One run uses one NeuronCore.
+#: Host memory (same EC2 page): 32, 512 and 2048 GiB; a run's default budget is 60 % of the memory available
+#: (mp2trn.memory.default_memory_mb), taken here as 60 % of the instance's.
 INSTANCES = {
-    "trn1.2xlarge": {"cores": 4, "target": "trn1", "h2d_gbs": 16.0},
-    "trn1.32xlarge": {"cores": 64, "target": "trn1", "h2d_gbs": 16.0},
-    "trn2.48xlarge": {"cores": 96, "target": "trn2", "h2d_gbs": 16.0},
+    "trn1.2xlarge": {"cores": 4, "target": "trn1", "h2d_gbs": 16.0, "memory_gib": 32},
+    "trn1.32xlarge": {"cores": 64, "target": "trn1", "h2d_gbs": 16.0, "memory_gib": 512},
+    "trn2.48xlarge": {"cores": 96, "target": "trn2", "h2d_gbs": 16.0, "memory_gib": 2048},
 }
 
 #: host stages: (key, label)
@@ -97,6 +100,11 @@ GRADIENT_STAGES = (
 #: transforms the current one): phase -> {host stage: device stage}. Such a stage counts as the longer of
 #: its host part and the device stage's part (its modeled launches and their transfers).
 OVERLAPPED = {"energy": {"mp2_integrals": "ao_to_mo"}, "gradient": {"grad_b": "ao_to_mo"}}
+#: and made before their stage: on such a device the MP2 step's first 3-index blocks, as many as the budget
+#: holds (mp2trn.transform.plan_early_integrals), are made while the SCF's builds run on the device (records
+#: with "early_integrals", the code since 2026-11-27 20:30): that share of the host stage runs under the
+#: device's J/K builds, the rest under its transforms
+EARLY = ("mp2_integrals", "scf_jk")
 
 
 # -- measuring one case (child process) -----------------------------------------------------------------
@@ -178,6 +186,9 @@ def measure_case(name: str, xyz: str, basis: str) -> dict:
         "case": name, "xyz": xyz, "basis": basis, "threads": os.environ.get("OMP_NUM_THREADS", "all"),
         "nao": sizes["nao"], "naux": sizes["naux"], "nocc": sizes["nocc"], "nvir": sizes["nvir"],
         "natm": sizes["natm"], "scf_cycles": scf["cycles"], "build_precisions": scf["build_precisions"],
+        # the code measured makes the MP2 step's first integral blocks during the SCF on a device off the host's
+        # cores (not on the emulator, which computes on them): the model counts them under the SCF's builds
+        "early_integrals": True,
         "gradient_reused": result.what_ran.get("gradient_reused"), "b_on_device": result.what_ran.get("b_on_device"),
         "host_energy_s": energy, "host_gradient_s": gradient,
         "device_energy": _device_part(e_cost, e_moves), "device_gradient": _device_part(g_cost, g_moves),
@@ -255,6 +266,33 @@ def sizes(xyz: str, basis: str) -> dict:
             "nvir": mol.nao_nr() - nocc, "natm": mol.natm}
 
 
+def early_share(rec: dict, memory_gib: float) -> float:
+    """The share (by bytes) of the MP2 step's 3-index blocks a neuron run of ``rec``'s case makes during the
+    SCF at the default budget of an instance with ``memory_gib`` (0 for records of code that did not)."""
+    if not rec.get("early_integrals"):
+        return 0.0
+    return _early_share(rec["xyz"], rec["basis"], memory_gib)
+
+
+@functools.lru_cache(maxsize=None)
+def _early_share(xyz: str, basis: str, memory_gib: float) -> float:
+    from pyscf import gto
+
+    from mp2trn.devices.nki_device import NeuronDevice
+    from mp2trn.df import build_df
+    from mp2trn.transform import plan_early_integrals
+
+    mol = gto.M(atom=str(ORGANIC / xyz), basis=basis, verbose=0)
+    dfi = build_df(mol, basis + "-ri")
+    packed, itemsize = NeuronDevice.ao_packed, 4     # the fp32 run's B
+    aux_block, count = plan_early_integrals(dfi, mol.nelec, itemsize, packed, 0.6 * memory_gib * 1024)
+    if not count:
+        return 0.0
+    loc = dfi.auxmol.ao_loc_nr()
+    rows = [loc[b] - loc[a] for a, b in dfi.shell_ranges(aux_block)]
+    return float(sum(rows[:count]) / sum(rows))
+
+
 def stage_work(stage: str, z: dict) -> float:
     """The work a device stage's modeled time follows: bytes of the DMA-bound stages (the SCF tensor per
     build, the AO blocks), FLOPs of the TensorE-bound ones (metric solve, pair energies, pair densities)."""
@@ -284,7 +322,8 @@ def model_taxol(recs: list[dict]) -> dict:
     base = max((r for r in (_latest(recs, c) for c in CASES if CASES[c][1] == "cc-pvdz") if r), key=lambda r: r["nao"])
     zb, zt = sizes(base["xyz"], base["basis"]), sizes(*TAXOL)
     out = {"case": "taxol-dz", "xyz": TAXOL[0], "basis": TAXOL[1], **zt, "scaled_from": base["case"],
-           "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M")}
+           "early_integrals": bool(base.get("early_integrals")), "machine": _machine(),
+           "date": time.strftime("%Y-%m-%d %H:%M")}
     for phase in ("device_energy", "device_gradient"):
         out[phase] = {}
         for stage, e in base[phase].items():
@@ -421,8 +460,15 @@ def run_model(rec: dict, host_here: dict[str, float], fractions: dict[str, float
         device_s = sum(e[inst["target"] + "_s"] for e in dev.values())
         launched = sum(e["to_device"] + e["to_host"] for e in dev.values()) / bw
         kept = sum(e["to_device_reusing"] + e["to_host"] for e in dev.values()) / bw
-        overlap = sum(min(host[h], dev[d][inst["target"] + "_s"] + (dev[d]["to_device"] + dev[d]["to_host"]) / bw)
+        def under(stage: str) -> float:   # a device stage's modeled launches and their transfers
+            return dev[stage][inst["target"] + "_s"] + (dev[stage]["to_device"] + dev[stage]["to_host"]) / bw if \
+                stage in dev else 0.0
+
+        early = early_share(rec, inst["memory_gib"]) if phase == "energy" else 0.0
+        overlap = sum(min(host[h] * (1 - early if h == EARLY[0] else 1), under(d))
                       for h, d in OVERLAPPED[phase].items() if d in dev)   # the shorter part, run under the longer
+        if early:
+            overlap += min(host[EARLY[0]] * early, under(EARLY[1]))
         total = sum(host.values()) + launched + device_s - overlap
         out[phase] = {"host": host, "host_s": sum(host.values()), "transfer_s": launched, "transfer_kept_s": kept,
                       "device_s": device_s, "overlap_s": overlap, "total_s": total,

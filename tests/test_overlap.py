@@ -162,3 +162,145 @@ def test_scf_tensor_file_written_while_the_next_chunk_is_made():
     finally:
         file.close()
     assert not _producers_alive("mp2trn-scf-tensor")
+
+
+# -- blocks made before their stage starts (the MP2 step's integrals during the SCF) -----------------------
+
+def test_early_blocks_keep_order_and_are_handed_over_once():
+    """Every block made in order by the thread; take() hands them over once."""
+    from mp2trn.overlap import EarlyBlocks
+
+    with EarlyBlocks((lambda i=i: i for i in range(8)), name="mp2trn-test-early") as early:
+        early.wait()
+        assert early.take() == list(range(8))
+        assert early.take() == []
+    assert not _producers_alive("mp2trn-test-early")
+
+
+def test_early_blocks_stop_when_taken_and_raise_the_thread_error():
+    """take() stops the thread after the block it is making (a prefix of the blocks); an error in the thread
+    is raised by take(); leaving the context stops the thread and drops its blocks."""
+    import time
+
+    from mp2trn.overlap import EarlyBlocks
+
+    def slow(i):
+        time.sleep(0.02)
+        return i
+
+    early = EarlyBlocks((lambda i=i: slow(i) for i in range(1000)), name="mp2trn-test-early")
+    time.sleep(0.05)
+    got = early.take()
+    assert got == list(range(len(got))) and len(got) < 1000
+    assert not _producers_alive("mp2trn-test-early")
+    with pytest.raises(ZeroDivisionError):
+        EarlyBlocks([lambda: 0, lambda: 1 / 0], name="mp2trn-test-early").take()
+    with pytest.raises(RuntimeError, match="SCF failed"):
+        with EarlyBlocks((lambda i=i: slow(i) for i in range(1000)), name="mp2trn-test-early"):
+            raise RuntimeError("SCF failed")
+    assert not _producers_alive("mp2trn-test-early")
+
+
+class _OffHostCpu:
+    """A cpu device that says it computes off the host's cores (as a NeuronCore or a GPU does)."""
+
+    @staticmethod
+    def make():
+        from mp2trn.devices.cpu import CpuDevice
+
+        class OffHost(CpuDevice):
+            def computes_on_host_cores(self) -> bool:
+                return False
+
+        return OffHost()
+
+
+@pytest.mark.parametrize("room_blocks", [0, 2, 100])
+def test_b_from_blocks_made_early_equals_b_made_in_turn(room_blocks):
+    """B from the blocks made during the SCF (none, some, all), the rest made by the transform, equals B made
+    in turn."""
+    from pyscf import gto, scf
+
+    from mp2trn.devices.cpu import CpuDevice
+    from mp2trn.df import build_df
+    from mp2trn.memory import SpinShape, plan_blocks
+    from mp2trn.orbitals import select_frozen, spin_orbitals
+    from mp2trn.transform import BStore, EarlyIntegrals, build_b
+
+    mol = gto.M(atom="O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45", basis="cc-pvdz", verbose=0)
+    mf = scf.RHF(mol).density_fit().run()
+    spins = spin_orbitals(mf, select_frozen(mf, None))
+    dfi = build_df(mol, "cc-pvdz-ri")
+    plan = plan_blocks(mol.nao_nr(), dfi.naux, [SpinShape(s.nocc, s.nvir) for s in spins], dfi.max_aux_shell, 100.0)
+    plan = replace(plan, aux_block=24)
+    device = _OffHostCpu.make()
+    with BStore(dfi.naux, spins, np.float64, True) as store:
+        build_b(dfi, spins, CpuDevice(), plan, store)
+        expected = store.arrays[0].copy()
+    with EarlyIntegrals(dfi, 12, device.ao_packed, room_blocks) as early:
+        early.blocks.wait()
+        with BStore(dfi.naux, spins, np.float64, True) as store:
+            build_b(dfi, spins, device, plan, store, early=early)
+            got = store.arrays[0]
+            assert np.max(np.abs(got - expected)) < 1e-12
+    assert early.record["blocks"] == min(room_blocks, early.record["of"])
+    assert not _producers_alive("mp2trn-early-integrals")
+
+
+@pytest.mark.parametrize("gradient", [False, True])
+def test_a_run_on_a_device_off_the_host_makes_the_mp2_integrals_during_the_scf(gradient):
+    """The pipeline on a device computing off the host's cores begins the MP2 step's integrals before the
+    SCF, says so in what ran, and gives the cpu device's energy (and gradient)."""
+    from mp2trn.devices.cpu import CpuDevice
+    from mp2trn.options import RunOptions
+    from mp2trn.pipeline import compute
+
+    water = "O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45"
+    ref, _ = compute(water, RunOptions(gradient=gradient), CpuDevice())
+    got, _ = compute(water, RunOptions(gradient=gradient), _OffHostCpu.make())
+    assert "mp2_integrals_during_scf" not in ref.what_ran
+    assert got.what_ran["mp2_integrals_during_scf"].startswith("2 of 2 3-index blocks")
+    assert got.timings["integrals_during_scf"] > 0
+    assert abs(got.e_tot - ref.e_tot) < 1e-10
+    if gradient:
+        assert np.max(np.abs(np.asarray(got.gradient) - np.asarray(ref.gradient))) < 1e-10
+    assert not _producers_alive("mp2trn-early-integrals")
+
+
+def test_early_blocks_leave_the_energy_plan_as_it_is():
+    """The room for blocks made during the SCF is at most its share of the budget, keeps the energy's plan
+    (B in memory or not, its AO block) where a held SCF tensor leaves the least budget, and is 0 when the
+    budget has none."""
+    from mp2trn.memory import EARLY_BLOCKS_SHARE, SCF_TENSOR_SHARE, SpinShape, early_blocks_mb, plan_blocks
+
+    nao, naux, shell, spins = 326, 1232, 15, [SpinShape(70, 256)]
+    for budget in (12000.0, 2000.0, 800.0, 400.0):
+        room = early_blocks_mb(nao, naux, spins, shell, budget, 4)
+        assert 0 <= room <= EARLY_BLOCKS_SHARE * budget
+        base = budget * (1 - SCF_TENSOR_SHARE)
+        if room:
+            a, b = (plan_blocks(nao, naux, spins, shell, x, 4) for x in (base, base - room))
+            assert (a.incore, a.aux_block) == (b.incore, b.aux_block)
+    assert early_blocks_mb(nao, naux, spins, shell, 12000.0, 4) == EARLY_BLOCKS_SHARE * 12000.0
+    assert early_blocks_mb(nao, naux, spins, shell, 60.0, 4) == 0.0
+
+
+def test_early_integral_blocks_are_the_first_that_fit_the_room():
+    """plan_early_integrals: the first blocks whose bytes fit early_blocks_mb's room; all of them at a large
+    budget, none at one with no room."""
+    from pyscf import gto
+
+    from mp2trn.df import build_df
+    from mp2trn.memory import SpinShape, early_blocks_mb
+    from mp2trn.transform import plan_early_integrals
+
+    mol = gto.M(atom="O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45", basis="cc-pvdz", verbose=0)
+    dfi = build_df(mol, "cc-pvdz-ri")
+    loc, nao = dfi.auxmol.ao_loc_nr(), mol.nao_nr()
+    for budget in (5.0, 8.0, 12.0, 1000.0):
+        aux_block, count = plan_early_integrals(dfi, mol.nelec, 8, True, budget)
+        room = early_blocks_mb(nao, dfi.naux, [SpinShape(5, nao - 5)], dfi.max_aux_shell, budget, 8) * 1e6
+        sizes = [(loc[b] - loc[a]) * dfi.per_aux(True) * 8 for a, b in dfi.shell_ranges(max(1, aux_block))]
+        assert sum(sizes[:count]) <= room and (count == len(sizes) or sum(sizes[:count + 1]) > room)
+    assert plan_early_integrals(dfi, mol.nelec, 8, True, 1000.0)[1] == len(dfi.shell_ranges(aux_block))
+    assert plan_early_integrals(dfi, mol.nelec, 8, True, 0.5)[1] == 0
