@@ -37,7 +37,7 @@ from .devices import Device, get_device
 from .df import TensorFile, cholesky_tensor, cholesky_tensor_share
 from .errors import InputError
 from .memory import budget_mb, plan_scf_tensor
-from .overlap import made_ahead
+from .overlap import EarlyBlocks, made_ahead, overlaps
 from .parallel import Comm, balanced_counts, offsets
 from .precision import Precision, get_precision
 
@@ -195,8 +195,21 @@ class JKTensor:
         #: ``full`` is L⁻¹(Q|μν) with L the Cholesky factor of the metric, all rows (mp2trn's own build, one
         #: rank): what the gradient's JK-fit pass can read instead of the integrals (mp2trn.grad.jk_terms)
         self.by_cholesky = False
+        #: the compensated blocks' second halves, made by a thread during the reduced builds on a device off
+        #: the host's cores (:meth:`Device.jk_second_half`), and what that thread did
+        self.second_halves: EarlyBlocks | None = None
+        self.second_record: dict[str, Any] = {}
+        self.pair_seconds = 0.0   # making the compensated blocks (their pairs) when the builds asked for them
 
-    def blocks(self, mode: Precision, device: Device):
+    def _plan(self, mode: Precision, device: Device, naux: int, per_row: int, packed: bool):
+        """:func:`mp2trn.memory.plan_scf_tensor` for builds in ``mode`` on ``device``."""
+        planes = {"planes": mode.planes} if mode.compensated else {}
+        nao = self.source.mol.nao_nr()
+        return plan_scf_tensor(naux, per_row, device.jk_copy_itemsize(mode.compute, **planes), device.jk_copy_optional,
+                               0 if packed and not device.jk_streamed_unpacked else nao * nao, self.budget,
+                               device.memory_mb(), device.jk_host_copy_itemsize(mode.compute, **planes))
+
+    def blocks(self, mode: Precision, device: Device, then: Precision | None = None):
         """Device blocks of the tensor for builds in ``mode``: kept when the tensor fits the budget, else
         streamed. A compensated mode asks the device for its planes (``planes``, :meth:`Device.jk_tensor`).
 
@@ -212,6 +225,11 @@ class JKTensor:
         decision is :func:`mp2trn.memory.plan_scf_tensor`'s, and its reason is in the record (``tensor_plan``).
         Streamed: PySCF builds its tensor (in its HDF5 file when it is large) and every build reads it
         block by block.
+
+        ``then``: the precision the builds switch to later. When it is compensated, the device computes off
+        the host's cores and its plan keeps the same resident blocks, what the switch would make on the host
+        for them (:meth:`Device.jk_second_half`) is made by a thread during these builds, while the host waits
+        for the device; the switch takes what it made (the plan of the compensated builds counts it).
         """
         dtype = mode.compute
         planes = {"planes": mode.planes} if mode.compensated else {}   # asked only of devices that build so
@@ -229,10 +247,7 @@ class JKTensor:
         naux = balanced_counts(naux, self.comm.size)[self.comm.rank]   # this rank's rows
         packed = device.jk_packed
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
-        plan = plan_scf_tensor(naux, per_row, device.jk_copy_itemsize(dtype, **planes), device.jk_copy_optional,
-                               0 if packed and not device.jk_streamed_unpacked else nao * nao, self.budget,
-                               device.memory_mb(),
-                               device.jk_host_copy_itemsize(dtype, **planes))
+        plan = self._plan(mode, device, naux, per_row, packed)
         resident, self.copy_left_out, blksize, self.why = plan.resident, plan.copy_left_out, plan.block_rows, plan.why
         self.streamed = not resident
         self.layout = "packed" if packed else "unpacked"
@@ -251,11 +266,32 @@ class JKTensor:
         starts = range(0, self.full.shape[0], step)
         if previous is None or previous_step != step:   # the old blocks' rows must be the new blocks' rows
             previous = [None] * len(starts)
-        self.kept = [device.jk_tensor(self.full[p0 : p0 + step], dtype, keep_copy=not self.copy_left_out,
-                                      **planes, **({"previous": old} if old is not None else {}))
-                     for p0, old in zip(starts, previous)]
+        seconds = self._take_second_halves() if mode.compensated else []
+        seconds += [None] * (len(starts) - len(seconds))
+        t0 = time.perf_counter()
+        self.kept = [device.jk_tensor(self.full[p0 : p0 + step], dtype, keep_copy=not self.copy_left_out, **planes,
+                                      **({"previous": old} if old is not None else {}),
+                                      **({"second": second} if second is not None else {}))
+                     for p0, old, second in zip(starts, previous, seconds)]
+        if mode.compensated:
+            self.pair_seconds += time.perf_counter() - t0
         self.kept_for, self.kept_step = (mode.name, device.name), step
+        if then is not None and then.compensated and not mode.compensated and overlaps(device) and \
+                _same_blocks(self._plan(then, device, naux, per_row, packed), plan):
+            full, kept = self.full, self.kept
+            self.second_halves = EarlyBlocks(
+                (lambda p0=p0, k=k: device.jk_second_half(full[p0 : p0 + step], k) for p0, k in zip(starts, kept)),
+                name="mp2trn-second-halves")
         return self.kept
+
+    def _take_second_halves(self) -> list:
+        """The second halves made during the reduced builds (in block order; fewer when the thread had not
+        finished), with the record of what the thread did."""
+        if self.second_halves is None:
+            return []
+        made, self.second_halves = self.second_halves.take(), None
+        self.second_record = {"blocks": len(made), "of": len(self.kept or []) or len(made)}
+        return made
 
     def _streamed_rows(self, naux: int, blksize: int):
         """Packed row blocks of this rank's tensor for a streamed build: from mp2trn's own tensor file
@@ -312,6 +348,9 @@ class JKTensor:
         """Drop the rows (unless ``keep_rows``: the host rows stay, for the gradient's response), the device
         blocks and the streamed tensor's file."""
         self.kept = None
+        if self.second_halves is not None:
+            self.second_halves.close()
+            self.second_halves = None
         if not keep_rows:
             self.full = None
             self.by_cholesky = False
@@ -324,8 +363,17 @@ class JKTensor:
         where = "streamed at every build" if self.streamed else "resident on the device"
         left_out = "; no room for the device's reduced-precision copy: converted at every build" \
             if self.copy_left_out else ""
-        return {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})",
-                "tensor_plan": self.why}
+        out = {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})",
+               "tensor_plan": self.why, "compensated_blocks_seconds": self.pair_seconds}
+        if self.second_record:
+            out["second_halves_ahead"] = (f"{self.second_record['blocks']} of {self.second_record['of']} compensated "
+                                          "blocks' second halves made on the host during the reduced builds")
+        return out
+
+
+def _same_blocks(a, b) -> bool:
+    """Whether two SCF tensor plans keep the same resident blocks."""
+    return a.resident and b.resident and (a.copy_left_out, a.block_rows) == (b.copy_left_out, b.block_rows)
 
 
 class DeviceJK(df.DF):
@@ -385,7 +433,9 @@ class DeviceJK(df.DF):
         nset, nao = dms.shape[0], dms.shape[-1]
         vj = np.zeros((nset, nao, nao)) if with_j else None
         vk = np.zeros((nset, nao, nao)) if with_k else None
-        for block in self.tensor.blocks(mode, device):
+        then = self.log.schedule.final if self.log.schedule.reduced else None
+        for block in self.tensor.blocks(mode, device, then if then is not None and self._runs_on(then) is device
+                                        else None):
             for k in range(nset):
                 j_part, k_part = device.jk_block(block, factors[k], built[k], with_j, with_k)
                 if with_j:

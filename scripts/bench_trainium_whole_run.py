@@ -80,6 +80,7 @@ ENERGY_STAGES = (
     ("scf_driver", "SCF driver (Fock assembly, DIIS, diagonalisation)"),
     ("scf_jk_fp64", "SCF J/K builds on the host (fp64)"),
     ("scf_jk_glue", "SCF J/K host side of device builds"),
+    ("scf_jk_pairs", "SCF J/K: the compensated blocks' second halves"),
     ("mp2_integrals", "MP2 3-index integrals (RI-fit) + AO blocks"),
     ("mp2_metric", "MP2 metric Cholesky + host side"),
     ("mp2_sums", "MP2 pair sums on the host"),
@@ -105,6 +106,9 @@ OVERLAPPED = {"energy": {"mp2_integrals": "ao_to_mo"}, "gradient": {"grad_b": "a
 #: with "early_integrals", the code since 2026-11-27 20:30): that share of the host stage runs under the
 #: device's J/K builds, the rest under its transforms
 EARLY = ("mp2_integrals", "scf_jk")
+#: and the compensated blocks' second halves, made during the SCF's fp32 builds on such a device (records with
+#: "scf_jk_reduced", the modeled time of those builds): they run under the fp32 builds
+SECOND_HALVES = "scf_jk_pairs"
 
 
 # -- measuring one case (child process) -----------------------------------------------------------------
@@ -126,9 +130,19 @@ def _device_part(cost: dict | None, transfers: dict | None) -> dict:
     return out
 
 
+def _reduced_part(energy: dict | None, compensated: dict | None) -> dict | None:
+    """Modeled seconds of the SCF builds before the precision switch: all J/K launches less those after it."""
+    if not energy or not compensated:
+        return None
+    whole, after = energy["stages"]["scf_jk"], compensated["stages"].get("scf_jk")
+    return {f"{t}_s": whole[t]["modeled_time_s"] - (after[t]["modeled_time_s"] if after else 0.0)
+            for t in ("trn1", "trn2")}
+
+
 def measure_case(name: str, xyz: str, basis: str) -> dict:
     """One case on the sim device: energy then gradient; host seconds per stage, device model, transfers."""
     import mp2trn.pipeline as pipeline
+    from mp2trn.jk import JKTensor
     from mp2trn.options import RunOptions
 
     # one run with --gradient, as a user runs it: the gradient takes the energy's B and the SCF's JK-fit
@@ -142,11 +156,20 @@ def measure_case(name: str, xyz: str, basis: str) -> dict:
         at["energy_end"], at["energy_pricing"] = time.perf_counter(), pricing[0]
         at["mark"] = dev.cost_checkpoint()
         at["e_cost"], at["e_moves"] = dev.cost_report(), dev.transfer_record()
+        if "switch" in at:   # the SCF's builds after its precision switch (priced here, outside the SCF's time)
+            at["compensated"] = dev.cost_report(since=at["switch"])
         pricing[0] = 0.0
         at["gradient_start"] = time.perf_counter()
         return enter_gradient(*args, **kwargs)
 
-    pipeline.gradient_stage = marked_gradient_stage
+    blocks = JKTensor.blocks
+
+    def marked_blocks(self, mode, device, *args, **kwargs):   # a checkpoint (no pricing) at the precision switch
+        if mode.compensated and "switch" not in at:
+            at["switch"] = device.cost_checkpoint()
+        return blocks(self, mode, device, *args, **kwargs)
+
+    pipeline.gradient_stage, JKTensor.blocks = marked_gradient_stage, marked_blocks
     with pipeline.open_device(options) as dev:
         pricing = _time_pricing(dev)   # the runs price their emulated launches: emulator work, not host work
         t0 = time.perf_counter()
@@ -156,7 +179,7 @@ def measure_case(name: str, xyz: str, basis: str) -> dict:
         wall_gradient = t1 - at["gradient_start"] - pricing[0]
         e_cost, e_moves = at["e_cost"], at["e_moves"]
         g_cost, g_moves = dev.cost_report(since=at["mark"]), dev.transfer_record(since=at["mark"])
-    pipeline.gradient_stage = enter_gradient
+    pipeline.gradient_stage, JKTensor.blocks = enter_gradient, blocks
     result = g
     tm, scf = g.timings, result.scf
     host_builds = sum(b for b, p in zip(_build_seconds(mf), scf["build_precisions"]) if "(host" in p)
@@ -165,7 +188,9 @@ def measure_case(name: str, xyz: str, basis: str) -> dict:
         "scf_tensor": scf["tensor_seconds"],
         "scf_driver": tm["scf"] - scf["jk_seconds"],
         "scf_jk_fp64": host_builds,
-        "scf_jk_glue": max(0.0, device_builds_s - scf["tensor_seconds"] - _in_launches(e_cost, "scf_jk")),
+        "scf_jk_glue": max(0.0, device_builds_s - scf["tensor_seconds"] - _in_launches(e_cost, "scf_jk")
+                           - scf["compensated_blocks_seconds"]),
+        "scf_jk_pairs": scf["compensated_blocks_seconds"],
         "mp2_integrals": max(0.0, tm["ao_to_mo"] - _in_launches(e_cost, "ao_to_mo")),
         "mp2_metric": max(0.0, tm["df_setup"] + tm["metric"] - _in_launches(e_cost, "metric")),
         "mp2_sums": max(0.0, tm["pairs"] - _in_launches(e_cost, "pairs")),
@@ -189,6 +214,9 @@ def measure_case(name: str, xyz: str, basis: str) -> dict:
         # the code measured makes the MP2 step's first integral blocks during the SCF on a device off the host's
         # cores (not on the emulator, which computes on them): the model counts them under the SCF's builds
         "early_integrals": True,
+        # the modeled time of the SCF's device builds before its precision switch (the fp32 builds), under which
+        # such a device makes the compensated blocks' second halves
+        "scf_jk_reduced": _reduced_part(e_cost, at.get("compensated")),
         "gradient_reused": result.what_ran.get("gradient_reused"), "b_on_device": result.what_ran.get("b_on_device"),
         "host_energy_s": energy, "host_gradient_s": gradient,
         "device_energy": _device_part(e_cost, e_moves), "device_gradient": _device_part(g_cost, g_moves),
@@ -330,6 +358,9 @@ def model_taxol(recs: list[dict]) -> dict:
             w, b = stage_work(stage, zt) / stage_work(stage, zb), stage_bytes(stage, zt) / stage_bytes(stage, zb)
             out[phase][stage] = {"trn1_s": e["trn1_s"] * w, "trn2_s": e["trn2_s"] * w,
                                  **{k: int(e[k] * b) for k in ("to_device", "to_host", "to_device_reusing")}}
+    if base.get("scf_jk_reduced"):   # the fp32 builds' share of the J/K stage, scaled as the stage is
+        w = stage_work("scf_jk", zt) / stage_work("scf_jk", zb)
+        out["scf_jk_reduced"] = {k: v * w for k, v in base["scf_jk_reduced"].items()}
     return out
 
 
@@ -363,7 +394,8 @@ def _latest(recs: list[dict], case: str, threads: str = "all") -> dict | None:
 
 
 def _host(rec: dict) -> dict[str, float]:
-    return {**rec["host_energy_s"], **rec["host_gradient_s"]}
+    """Host seconds per stage (0 for a stage an older record did not time apart: it is inside another)."""
+    return {**{k: 0.0 for k, _ in ALL_STAGES}, **rec["host_energy_s"], **rec["host_gradient_s"]}
 
 
 def parallel_fractions(recs: list[dict]) -> dict[str, float]:
@@ -467,8 +499,10 @@ def run_model(rec: dict, host_here: dict[str, float], fractions: dict[str, float
         early = early_share(rec, inst["memory_gib"]) if phase == "energy" else 0.0
         overlap = sum(min(host[h] * (1 - early if h == EARLY[0] else 1), under(d))
                       for h, d in OVERLAPPED[phase].items() if d in dev)   # the shorter part, run under the longer
-        if early:
-            overlap += min(host[EARLY[0]] * early, under(EARLY[1]))
+        if phase == "energy" and EARLY[1] in dev:   # both share the SCF builds' device time
+            reduced = rec.get("scf_jk_reduced")
+            halves = min(host[SECOND_HALVES], reduced[inst["target"] + "_s"]) if reduced else 0.0
+            overlap += halves + min(host[EARLY[0]] * early, under(EARLY[1]) - halves)
         total = sum(host.values()) + launched + device_s - overlap
         out[phase] = {"host": host, "host_s": sum(host.values()), "transfer_s": launched, "transfer_kept_s": kept,
                       "device_s": device_s, "overlap_s": overlap, "total_s": total,

@@ -349,6 +349,29 @@ def test_incremental_builds_add_the_difference_densitys_j_and_k(references):
     assert kinds == [False] + [True] * (schedule.rebuild_every - 1) + [False]
 
 
+@pytest.mark.parametrize("name", ["water", "hydroxyl"])
+def test_second_halves_made_during_the_fp32_builds_give_the_same_scf(name):
+    """On a device computing off the host's cores the compensated blocks' second halves are made by a thread
+    during the fp32 builds: the same SCF, bit for bit, as the sim device making them at the switch; the
+    record says so and no thread is left."""
+    import threading
+
+    from mp2trn.devices.nki_device import SimDevice
+    from mp2trn.options import RunOptions
+    from mp2trn.pipeline import scf_stage
+
+    class OffHost(SimDevice):
+        def computes_on_host_cores(self) -> bool:
+            return False
+
+    runs = [scf_stage(molecule_path(name), RunOptions(), dev).mf for dev in (SimDevice("fp32"), OffHost("fp32"))]
+    assert runs[0].e_tot == runs[1].e_tot
+    records = [mf.with_df.jk_record() for mf in runs]
+    assert "second_halves_ahead" not in records[0]
+    assert records[1]["second_halves_ahead"].startswith("1 of 1 compensated blocks' second halves")
+    assert not [t for t in threading.enumerate() if t.name == "mp2trn-second-halves"]
+
+
 @pytest.mark.parametrize("name", ["water", pytest.param("hydroxyl", marks=pytest.mark.slow)])   # UHF: 31 s, -m slow
 def test_sim_resident_and_streamed_scf_agree(name):
     """The sim device keeps the SCF tensor in device memory (sent once per precision: the launcher counts

@@ -204,6 +204,26 @@ def test_compensated_block_reuses_the_fp32_rows_the_device_holds():
         fp32_pair(block, 256, hi=rows[:128])
 
 
+def test_second_half_made_ahead_is_the_one_the_switch_makes():
+    """Device.jk_second_half (made during the fp32 builds on a device off the host's cores) is the second half
+    of the fp32 pair the switch would make, for packed rows too; jk_tensor takes it as is; nothing is made
+    for rows it cannot reuse."""
+    from mp2trn.devices.nki_device import SimDevice
+    from mp2trn.precision import fp32_pair
+    from pyscf import lib
+
+    full = np.random.default_rng(6).standard_normal((130, 24, 24))
+    full = full + full.transpose(0, 2, 1)
+    for block in (full, lib.pack_tril(full)):
+        dev = SimDevice("fp32", "trn1")
+        rows = dev.jk_tensor(block, np.float32)
+        lo = dev.jk_second_half(block, rows)
+        assert np.array_equal(lo, fp32_pair(full, rows.shape[0])[1])
+        x3 = dev.jk_tensor(block, np.float64, planes=3, previous=rows, second=lo)
+        assert x3.pair[0] is rows and x3.pair[1] is lo
+        assert SimDevice("fp32", "trn1").jk_second_half(block[:100], rows) is None   # unpadded: not reusable
+
+
 def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():
     """A group of more rows than SBUF holds for its columns (3300 rows of 520 columns on trn1: 2816 fit) is
     read twice, for its column maxima and for the split: the same planes as the host's split."""

@@ -268,8 +268,16 @@ class Device(ABC):
     #: copy); a device whose copy is its working tensor (GPU, NeuronCore) cannot
     jk_copy_optional: bool = False
 
+    def jk_second_half(self, block: np.ndarray, previous: Any) -> Any:
+        """What :meth:`jk_tensor` (``planes`` > 1, ``previous``) would make on the host for ``block`` beyond
+        the reduced-precision handle ``previous`` it reuses, or None where there is nothing: an NKI device's
+        fp32(B − fp32(B)), the second half of the compensated block's fp32 pair. The SCF makes it in a thread
+        during the reduced builds on a device computing off the host's cores (:class:`mp2trn.jk.JKTensor`)
+        and hands it to :meth:`jk_tensor` as ``second``."""
+        return None
+
     def jk_tensor(self, block: np.ndarray, dtype: np.dtype, keep_copy: bool = True, planes: int = 1,
-                  previous: Any = None) -> Any:
+                  previous: Any = None, second: Any = None) -> Any:
         """Take one block of the SCF's Cholesky-decomposed 3-index tensor onto the device.
 
         block: fp64 rows B_P (each symmetric), a view into the host tensor: (p, nao(nao+1)/2) packed when
@@ -278,7 +286,8 @@ class Device(ABC):
         copy; planes > 1: the block split for a compensated precision's kernels (only devices whose
         :attr:`jk_precisions` list one are asked), with ``previous`` the handle of the same rows for the
         builds before the precision switch (resident tensor only), which the device may reuse (an NKI
-        device's fp32 rows are the first half of the compensated block's fp32 pair). The handle stays in
+        device's fp32 rows are the first half of the compensated block's fp32 pair) and ``second`` what
+        :meth:`jk_second_half` made of it ahead. The handle stays in
         device memory for every build of the SCF in that precision (an NKI launcher keeps it,
         :meth:`~mp2trn.devices.nki_launch.Launcher.keep`; the cuda device holds a GPU tensor) until
         :meth:`release_jk`. Returns a device-side handle for

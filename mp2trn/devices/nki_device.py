@@ -295,7 +295,30 @@ class NkiDevice(Device):
         them at the precision switch (2 × 8)."""
         return 48 if planes > 1 else 8
 
-    def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None):   # the copy is always kept
+    def _rows_of(self, block) -> tuple[int, int]:
+        """(device rows, nao) of a host block: whole 128-row tiles (Z's p·n rows, n ≥ 8, are then whole
+        SYRK_X3_ROWS launches, one signature each); a block of fewer rows (a tight budget's streamed blocks) is
+        not padded to 128: that is its cost."""
+        p = block.shape[0]
+        nao = nao_of_pairs(block.shape[1]) if block.ndim == 2 else block.shape[1]
+        return self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128 if p >= 128 else p), nao
+
+    @staticmethod
+    def _reusable(previous, rows: int, nao: int) -> np.ndarray | None:
+        """``previous`` when it is fp32 rows as made for the fp32 builds, of the padded rows' shape, an array
+        of its own (a view of another kept array would be dropped with it once the planes are made)."""
+        ok = isinstance(previous, np.ndarray) and previous.dtype == F32 and previous.shape == (rows, nao, nao) \
+            and root_array(previous).nbytes == previous.nbytes
+        return previous if ok else None
+
+    def jk_second_half(self, block, previous):
+        from ..precision import fp32_pair
+
+        rows, nao = self._rows_of(block)
+        hi = self._reusable(previous, rows, nao)
+        return None if hi is None else fp32_pair(np.asarray(block, dtype=np.float64), rows, hi)[1]
+
+    def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None, second=None):   # the copy is always kept
         """The block — packed host rows (p, nao(nao+1)/2), or unpacked ones — in device memory: fp32 rows
         (rows, nao, nao), or (compensated) its :class:`_X3Block` planes. The launcher keeps the arrays
         resident (:meth:`Launcher.keep`): sent to the device once per SCF and precision. A compensated block
@@ -303,18 +326,12 @@ class NkiDevice(Device):
         in device memory already, and only the second half is made and sent."""
         from ..precision import fp32_copy
 
-        p = block.shape[0]
-        nao = nao_of_pairs(block.shape[1]) if block.ndim == 2 else block.shape[1]
-        # whole 128-row tiles: Z's p·n rows (n ≥ 8) are then whole SYRK_X3_ROWS launches, one signature each;
-        # a block of fewer rows (a tight budget's streamed blocks) is not padded to 128: that is its cost
-        rows = self._bucket(("scf_jk", block.shape[1]), -(-p // 128) * 128 if p >= 128 else p)
+        rows, nao = self._rows_of(block)
         if planes > 1:   # the pair now (a streamed block is made by a reader thread), the planes at first use
-            # the rows as made for the fp32 builds: an array of their own (a view of another kept array would
-            # be dropped with it once the planes are made), of the padded rows' shape
-            hi = previous if isinstance(previous, np.ndarray) and previous.dtype == F32 and \
-                previous.shape == (rows, nao, nao) and root_array(previous).nbytes == previous.nbytes \
-                else None
-            return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows, hi)
+            hi = self._reusable(previous, rows, nao)
+            lo = second if hi is not None and isinstance(second, np.ndarray) and second.shape == hi.shape \
+                and second.dtype == F32 else None
+            return _X3Block.pair_of(np.asarray(block, dtype=np.float64), rows, hi, lo)
         kept = fp32_copy(block, rows)   # (rows, nao, nao), unpacked
         self.launcher.keep(kept)
         return kept
@@ -779,15 +796,16 @@ class _X3Block:
         return cls(mode.split_operand(block, axis=1, moving=False), by_p, p, nao, host)
 
     @classmethod
-    def pair_of(cls, host: np.ndarray, rows: int, hi: np.ndarray | None = None) -> "_X3Block":
+    def pair_of(cls, host: np.ndarray, rows: int, hi: np.ndarray | None = None,
+                lo: np.ndarray | None = None) -> "_X3Block":
         """A block whose planes the device will make (:meth:`made_on`): ``host`` fp64, (p, nao, nao) or packed
         (p, nao(nao+1)/2), unpacked and zero-padded to ``rows`` rows, as an fp32 pair
         (:func:`mp2trn.precision.fp32_pair`: 8 bytes per element, against the planes' 16; ``hi``: its first
-        half, fp32(host), already made). Host work only, so a reader thread can make the next streamed block
-        meanwhile."""
+        half, fp32(host), already made; ``lo``, with it, the second, made ahead: :meth:`NkiDevice.jk_second_half`).
+        Host work only, so a reader thread can make the next streamed block meanwhile."""
         from ..precision import fp32_pair
 
-        pair = fp32_pair(host, rows, hi)
+        pair = (hi, lo) if hi is not None and lo is not None else fp32_pair(host, rows, hi)
         return cls(None, None, rows, pair[0].shape[1], host, pair)
 
     def made_on(self, launcher) -> "_X3Block":
