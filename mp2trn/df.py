@@ -186,6 +186,12 @@ def make_auxmol(mol: gto.Mole, auxbasis: str | dict | None) -> tuple[gto.Mole, s
 def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
     """Make the aux molecule and the Cholesky factor of its Coulomb metric (P|Q)."""
     auxmol, aux = make_auxmol(mol, auxbasis)
+    return DFIntegrals(mol, auxmol, aux, metric_cholesky(auxmol, aux))
+
+
+def metric_cholesky(auxmol: gto.Mole, aux: str | dict) -> np.ndarray:
+    """The lower Cholesky factor L of the Coulomb metric (P|Q) = L Lᵀ of the fitting basis ``aux``;
+    NumericalError when the metric is not positive definite."""
     metric = auxmol.intor("int2c2e", hermi=1)
     try:
         l_chol = np.linalg.cholesky(metric)  # lower; NumPy's BLAS, whose threads the later GEMMs reuse
@@ -197,7 +203,7 @@ def build_df(mol: gto.Mole, auxbasis: str | dict | None = None) -> DFIntegrals:
             "linearly dependent auxiliary functions (atoms very close, or a very diffuse fitting basis); "
             "choose another --auxbasis"
         ) from None
-    return DFIntegrals(mol, auxmol, aux, l_chol)
+    return l_chol
 
 
 def _shell_ranges(ao_loc: np.ndarray, max_functions: int, first: int = 0,

@@ -82,10 +82,12 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
     if early is not None and (early.dfi.mol is not mol or comm.size > 1):
         raise ValueError("dfmp2.kernel: the early integrals are of another molecule, or the run is over ranks")
     t0 = time.perf_counter()
+    # blocks made during the SCF are alive at the transform's start: the plan is made around them
+    early_mb = early.take() if early is not None else 0.0
     dfi = early.dfi if early is not None else build_df(mol, auxbasis)
     t_df = time.perf_counter() - t0
     plan = plan_blocks(mol.nao_nr(), dfi.naux, [SpinShape(-(-s.nocc // comm.size), s.nvir) for s in spins],
-                       dfi.max_aux_shell, max_memory, itemsize=device.storage_dtype.itemsize)
+                       dfi.max_aux_shell, max_memory - early_mb, itemsize=device.storage_dtype.itemsize)
     occ_block = plan.occ_block
     limit = device.occ_block_limit(dfi.naux, max(s.nvir for s in spins))
     if limit is not None:

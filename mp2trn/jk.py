@@ -199,6 +199,7 @@ class JKTensor:
         #: the host's cores (:meth:`Device.jk_second_half`), and what that thread did
         self.second_halves: EarlyBlocks | None = None
         self.second_record: dict[str, Any] = {}
+        self.second_count = 0     # blocks the thread was asked for
         self.pair_seconds = 0.0   # making the compensated blocks (their pairs) when the builds asked for them
 
     def _plan(self, mode: Precision, device: Device, naux: int, per_row: int, packed: bool):
@@ -263,6 +264,11 @@ class JKTensor:
             self.full = self._resident_rows(nao, packed)
             self.seconds += time.perf_counter() - t0
         step = max(1, self.full.shape[0]) if device.jk_resident_one_block else blksize
+        if previous is not None and previous_step:
+            # resident compensated blocks take the fp32 blocks' rows, whatever the plan's rows for a streamed
+            # block: the fp32 rows are then the first half of every pair, and the blocks' memory is the
+            # whole tensor's either way
+            step = previous_step
         starts = range(0, self.full.shape[0], step)
         if previous is None or previous_step != step:   # the old blocks' rows must be the new blocks' rows
             previous = [None] * len(starts)
@@ -278,7 +284,7 @@ class JKTensor:
         self.kept_for, self.kept_step = (mode.name, device.name), step
         if then is not None and then.compensated and not mode.compensated and overlaps(device) and \
                 _same_blocks(self._plan(then, device, naux, per_row, packed), plan):
-            full, kept = self.full, self.kept
+            full, kept, self.second_count = self.full, self.kept, len(starts)
             self.second_halves = EarlyBlocks(
                 (lambda p0=p0, k=k: device.jk_second_half(full[p0 : p0 + step], k) for p0, k in zip(starts, kept)),
                 name="mp2trn-second-halves")
@@ -290,7 +296,7 @@ class JKTensor:
         if self.second_halves is None:
             return []
         made, self.second_halves = self.second_halves.take(), None
-        self.second_record = {"blocks": len(made), "of": len(self.kept or []) or len(made)}
+        self.second_record = {"blocks": sum(1 for m in made if m is not None), "of": self.second_count}
         return made
 
     def _streamed_rows(self, naux: int, blksize: int):
@@ -372,8 +378,9 @@ class JKTensor:
 
 
 def _same_blocks(a, b) -> bool:
-    """Whether two SCF tensor plans keep the same resident blocks."""
-    return a.resident and b.resident and (a.copy_left_out, a.block_rows) == (b.copy_left_out, b.block_rows)
+    """Whether two SCF tensor plans keep the tensor resident alike (the compensated blocks then take the
+    reduced ones' rows, :meth:`JKTensor.blocks`)."""
+    return a.resident and b.resident and a.copy_left_out == b.copy_left_out
 
 
 class DeviceJK(df.DF):
@@ -393,6 +400,8 @@ class DeviceJK(df.DF):
         self.owns_device = owned
         self.tensor = JKTensor(self, max_memory, self.comm, device.jk_packed)
         self.log = CycleLog(schedule)
+        #: called once when the builds begin (the tensor made): host work run while the device builds
+        self.meanwhile = None
         #: the last SCF build's (precision, densities, fp64 J, K, builds since its last full one): what an
         #: incremental build adds to (:meth:`PrecisionSchedule.build_from_difference`)
         self.last: tuple | None = None
@@ -434,8 +443,11 @@ class DeviceJK(df.DF):
         vj = np.zeros((nset, nao, nao)) if with_j else None
         vk = np.zeros((nset, nao, nao)) if with_k else None
         then = self.log.schedule.final if self.log.schedule.reduced else None
-        for block in self.tensor.blocks(mode, device, then if then is not None and self._runs_on(then) is device
-                                        else None):
+        blocks = self.tensor.blocks(mode, device, then if then is not None and self._runs_on(then) is device else None)
+        if self.meanwhile is not None:
+            begin, self.meanwhile = self.meanwhile, None
+            begin()
+        for block in blocks:
             for k in range(nset):
                 j_part, k_part = device.jk_block(block, factors[k], built[k], with_j, with_k)
                 if with_j:

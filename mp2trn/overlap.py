@@ -112,18 +112,33 @@ class EarlyBlocks:
     blocks made while the SCF's builds run on a device off the host's cores (they depend on no orbitals).
 
     ``makers``: one callable per block, in order, as many as may be held (the caller's memory plan); the
-    thread calls them until they end or :meth:`take` stops it. :meth:`take` hands over the blocks made, in
-    order, and raises the thread's error if it had one. As a context manager, leaving it (an SCF that
-    failed, say) stops the thread and drops what it made."""
+    thread, begun by :meth:`start` (``start=True``: at once), calls them until they end or :meth:`take` stops
+    it. :meth:`take` hands over the blocks made, in order (none when it never began), and raises the
+    thread's error if it had one. As a context manager, leaving it (an SCF that failed, say) stops the
+    thread and drops what it made."""
 
-    def __init__(self, makers: Iterable[Callable[[], T]], name: str = "mp2trn-early", omp_threads: int | None = None):
+    def __init__(self, makers: Iterable[Callable[[], T]], name: str = "mp2trn-early", omp_threads: int | None = None,
+                 start: bool = True):
         self._makers = makers
         self._made: list = []
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self.seconds = 0.0          # the thread's wall time making blocks
         self._thread = threading.Thread(target=self._run, args=(omp_threads,), name=name, daemon=True)
-        self._thread.start()
+        self._started = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Begin making the blocks (once; not after :meth:`take` or :meth:`close`)."""
+        if not self._started and not self._stop.is_set():
+            self._started = True
+            self._thread.start()
+
+    def _join(self) -> None:
+        self._stop.set()
+        if self._started:
+            self._thread.join()
 
     def _run(self, omp_threads: int | None) -> None:
         t0 = time.perf_counter()
@@ -142,13 +157,13 @@ class EarlyBlocks:
             self.seconds = time.perf_counter() - t0
 
     def wait(self) -> None:
-        """Until every block is made (or the thread failed)."""
-        self._thread.join()
+        """Until every block is made (or the thread failed), when it began."""
+        if self._started:
+            self._thread.join()
 
     def take(self) -> list[T]:
         """Stop the thread after the block it is making; the blocks made, in order (handed over once)."""
-        self._stop.set()
-        self._thread.join()
+        self._join()
         made, self._made = self._made, []
         if self._error is not None:
             error, self._error = self._error, None
@@ -157,8 +172,7 @@ class EarlyBlocks:
 
     def close(self) -> None:
         """Stop the thread and drop its blocks."""
-        self._stop.set()
-        self._thread.join()
+        self._join()
         self._made = []
 
     def __enter__(self) -> "EarlyBlocks":

@@ -38,7 +38,7 @@ from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
 from .scratch import check_stopped, run_scratch
-from .transform import EarlyIntegrals, KeptB, start_early_integrals
+from .transform import EarlyIntegrals, KeptB, prepare_early_integrals
 from .parallel import Comm, device_comm, open_comm
 from .progress import Progress
 
@@ -150,10 +150,12 @@ def check_before_scf(molecule: BuiltMolecule, options: RunOptions, device: Devic
 
 
 def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Device, progress: Progress | None = None,
-              comm: Comm | None = None, dm0=None, keep_tensor: bool = False, checked: bool = False) -> ScfStage:
+              comm: Comm | None = None, dm0=None, keep_tensor: bool = False, checked: bool = False,
+              meanwhile=None) -> ScfStage:
     """Molecule → converged SCF (J/K builds on ``device`` where it has them, shared over the ranks of
     ``comm``), after the checks that need no SCF (``checked``: done by the caller); ``keep_tensor``: the
-    SCF's resident JK-fit tensor is kept for the gradient's response (:func:`mp2trn.scf.run_scf`)."""
+    SCF's resident JK-fit tensor is kept for the gradient's response; ``meanwhile``: called when the
+    device's builds begin (:func:`mp2trn.scf.run_scf`)."""
     molecule = build_molecule(source, options)
     mol = molecule.mol
     if not checked:
@@ -162,7 +164,7 @@ def scf_stage(source: Source | BuiltMolecule, options: RunOptions, device: Devic
     if progress:
         progress("scf", 0, options.max_cycle)
     mf = run_scf(mol, options.scf, max_memory=budget_mb(options.max_memory), device=device, progress=progress,
-                 comm=comm, dm0=dm0, jkfit=molecule.jk_auxbasis, keep_tensor=keep_tensor)
+                 comm=comm, dm0=dm0, jkfit=molecule.jk_auxbasis, keep_tensor=keep_tensor, meanwhile=meanwhile)
     if progress:
         progress("scf", mf.cycles, mf.cycles)  # converged: the bar completes
     return ScfStage(mf, time.perf_counter() - t0, molecule.notes, molecule)
@@ -191,11 +193,11 @@ def compute(
     molecule = build_molecule(source, options)
     check_before_scf(molecule, options, device)
     # on a device computing off the host's cores, the MP2 step's 3-index integrals are made while the SCF runs
-    early = start_early_integrals(molecule.mol, molecule.ri_auxbasis, device,
-                                  budget_mb(options.max_memory)) if one_rank else None
+    early = prepare_early_integrals(molecule.mol, molecule.ri_auxbasis, device,
+                                    budget_mb(options.max_memory)) if one_rank else None
     with early or contextlib.nullcontext(), KeptB() as kept:   # with --gradient, the energy's B waits in kept
         stage = scf_stage(molecule, options, device, progress, comm, dm0, keep_tensor=options.gradient and one_rank,
-                          checked=True)
+                          checked=True, meanwhile=early.start if early is not None else None)
         check_stopped()
         # the SCF's tensor, kept for the gradient's response, is held beside everything that follows
         held = scf_tensor_held_mb(stage, options, device) if options.gradient and one_rank else 0.0

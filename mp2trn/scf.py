@@ -7,6 +7,7 @@ on top of it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import numpy as np
 from pyscf import df, dft, gto, scf
@@ -47,7 +48,8 @@ def new_mean_field(mol: gto.Mole, options: ScfOptions):
 
 def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float | None = None,
             device: Device | None = None, progress: Progress | None = None, comm: Comm | None = None,
-            dm0: np.ndarray | None = None, jkfit: str | dict | None = None, keep_tensor: bool = False):
+            dm0: np.ndarray | None = None, jkfit: str | dict | None = None, keep_tensor: bool = False,
+            meanwhile: Callable[[], None] | None = None):
     """Run RHF (spin 0) or UHF (spin > 0), or the ``options.reference`` asked for, and return the converged
     mean-field object.
 
@@ -61,6 +63,9 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
     orbital basis, ``make_auxbasis``).
     ``keep_tensor``: the device J/K stage keeps the host rows of its resident tensor after the SCF (the
     gradient's response reads them, ``grad.dfmp2.scf_tensor``, and frees them); its device copy is freed.
+    ``meanwhile``: called once when the device's J/K builds begin (their tensor made): host work to run while
+    the device builds (the MP2 step's integrals, :class:`mp2trn.transform.EarlyIntegrals`); never called
+    where the builds are PySCF's.
     Raises ConvergenceError when the SCF fails to converge.
     """
     mf = new_mean_field(mol, options)
@@ -83,6 +88,7 @@ def run_scf(mol: gto.Mole, options: ScfOptions = ScfOptions(), max_memory: float
             raise InputError(f"JK-fit basis {describe_basis(auxbasis)!r} is not usable: {_first_line(exc)}") from None
         if on_device:
             density_fit_jk(mf, device=device, max_memory=mf.max_memory, comm=comm)
+            mf.with_df.meanwhile = meanwhile
     mf.conv_tol = options.conv_tol
     mf.conv_tol_grad = options.conv_tol_grad   # None: PySCF takes √conv_tol
     mf.max_cycle = options.max_cycle

@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from .devices.base import Device
-from .df import DFIntegrals, build_df
+from .df import DFIntegrals, largest_shell, make_auxmol, metric_cholesky
 from .errors import ResourceError
 from .memory import BlockPlan, SpinShape, early_blocks_mb, plan_blocks
 from .orbitals import SpinOrbitals
@@ -237,30 +237,52 @@ def scratch_writes(what: str, nbytes: float):
 
 
 class EarlyIntegrals:
-    """The MP2 step's fitting integrals begun before the SCF ends: the metric's factor, and a thread making
-    the first 3-index AO blocks (:class:`mp2trn.overlap.EarlyBlocks`) while the SCF's builds run on a device
-    that computes off the host's cores. They depend on no orbitals; :func:`build_b` takes the blocks made and
-    makes the rest. The blocks held are bounded by :func:`mp2trn.memory.early_blocks_mb`."""
+    """The MP2 step's fitting integrals made while the SCF's builds run on a device that computes off the
+    host's cores (they depend on no orbitals): a thread (:class:`mp2trn.overlap.EarlyBlocks`, begun by
+    :meth:`start` when the builds begin) makes the metric's factor, then the first ``blocks`` 3-index AO
+    blocks of ``aux_block`` functions (:func:`plan_early_integrals`). :meth:`take` stops it and keeps what it
+    made; the energy plans around those blocks and :func:`build_b` uses them first and makes the rest."""
 
-    def __init__(self, dfi: DFIntegrals, aux_block: int, packed: bool, blocks: int):
-        self.dfi = dfi
+    def __init__(self, mol, auxmol, aux, aux_block: int, packed: bool, blocks: int):
+        self.dfi = DFIntegrals(mol, auxmol, aux, None)    # the factor: the thread's first job (or take()'s)
         self.aux_block = aux_block
         self.packed = packed
-        self.ranges = dfi.shell_ranges(aux_block)
-        makers = (lambda s0=s0, s1=s1: dfi.ao_block(s0, s1, packed) for s0, s1 in self.ranges[:blocks])
-        self.blocks = EarlyBlocks(makers, name="mp2trn-early-integrals")
+        self.ranges = self.dfi.shell_ranges(aux_block)
+        dfi = self.dfi
+
+        def factor() -> None:
+            dfi.l_chol = metric_cholesky(auxmol, aux)
+
+        makers = itertools.chain([factor], (lambda s0=s0, s1=s1: dfi.ao_block(s0, s1, packed)
+                                            for s0, s1 in self.ranges[:blocks]))
+        self.blocks = EarlyBlocks(makers, name="mp2trn-early-integrals", start=False)
+        self.made: list[tuple[int, int, np.ndarray]] = []
         self.record: dict = {}
 
-    def take(self) -> list[tuple[int, int, np.ndarray]]:
-        """The blocks made so far, in order (the thread stops after the one it is making); the record says
-        how many and how long the thread took."""
-        made = self.blocks.take()
-        self.record = {"blocks": len(made), "of": len(self.ranges),
-                       "mb": round(sum(a.nbytes for *_, a in made) / 1e6, 1), "seconds": self.blocks.seconds}
-        return made
+    def start(self) -> None:
+        """Begin (the SCF's device builds are beginning)."""
+        self.blocks.start()
+
+    def take(self) -> float:
+        """Stop the thread after the block it is making and keep the blocks made (:attr:`made`, in order; the
+        metric's factor made now if the thread had not); the record says how many and the thread's seconds.
+        Returns the MB they hold."""
+        made = self.blocks.take()[1:]      # the factor's job returns nothing
+        if self.dfi.l_chol is None:
+            self.dfi.l_chol = metric_cholesky(self.dfi.auxmol, self.dfi.auxbasis)
+        self.made = made
+        mb = sum(a.nbytes for *_, a in made) / 1e6
+        self.record = {"blocks": len(made), "of": len(self.ranges), "mb": round(mb, 1), "seconds": self.blocks.seconds}
+        return mb
+
+    @property
+    def first_left(self) -> int:
+        """The first fitting shell of the blocks not made."""
+        return self.ranges[len(self.made) - 1][1] if self.made else 0
 
     def close(self) -> None:
         self.blocks.close()
+        self.made = []
 
     def __enter__(self) -> "EarlyIntegrals":
         return self
@@ -269,34 +291,34 @@ class EarlyIntegrals:
         self.close()
 
 
-def plan_early_integrals(dfi: DFIntegrals, nelec: tuple[int, int], itemsize: int, packed: bool,
-                         budget_mb: float) -> tuple[int, int]:
+def plan_early_integrals(mol, auxmol, itemsize: int, packed: bool, budget_mb: float) -> tuple[int, int]:
     """(AO block, blocks) of the MP2 step's 3-index integrals that may be made during the SCF within
-    ``budget_mb`` (:func:`mp2trn.memory.early_blocks_mb`, planned with the all-electron orbital counts):
-    the first ``blocks`` of :meth:`DFIntegrals.shell_ranges` with that AO block (half the plan's: the blocks
+    ``budget_mb``: as many of the first blocks of ``auxmol``'s fitting shells as fit
+    :func:`mp2trn.memory.early_blocks_mb`'s room (planned with the all-electron orbital counts, both spins
+    of an open shell) beside the metric's factor, blocks of half the plan's AO block (the blocks
     :func:`build_b` makes ahead of such a device); (0, 0) when the budget has no room."""
-    nao = dfi.mol.nao_nr()
-    spins = [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(nelec))]
-    room = early_blocks_mb(nao, dfi.naux, spins, dfi.max_aux_shell, budget_mb, itemsize) * 1e6
+    nao, naux, shell = mol.nao_nr(), auxmol.nao_nr(), largest_shell(auxmol)
+    spins = [SpinShape(max(1, n), max(1, nao - n)) for n in mol.nelec[: 1 if mol.nelec[0] == mol.nelec[1] else 2]]
+    room = early_blocks_mb(nao, naux, spins, shell, budget_mb, itemsize) * 1e6 - naux * naux * 8
     if room <= 0:
         return 0, 0
-    aux_block = max(dfi.max_aux_shell, plan_blocks(nao, dfi.naux, spins, dfi.max_aux_shell, budget_mb,
-                                                   itemsize).aux_block // 2)
-    loc, per_aux = dfi.auxmol.ao_loc_nr(), dfi.per_aux(packed) * 8
+    aux_block = max(shell, plan_blocks(nao, naux, spins, shell, budget_mb, itemsize).aux_block // 2)
+    dfi, loc = DFIntegrals(mol, auxmol, None, None), auxmol.ao_loc_nr()
+    per_aux = dfi.per_aux(packed) * 8
     sizes = np.cumsum([(loc[s1] - loc[s0]) * per_aux for s0, s1 in dfi.shell_ranges(aux_block)])
     return aux_block, int(np.searchsorted(sizes, room, side="right"))
 
 
-def start_early_integrals(mol, auxbasis, device: Device, budget_mb: float) -> EarlyIntegrals | None:
-    """The MP2 step's integrals begun now, before the SCF, where ``device`` computes off the host's cores
-    (:func:`mp2trn.overlap.overlaps`) and the budget has room for blocks held until the energy
-    (:func:`plan_early_integrals`); else None."""
+def prepare_early_integrals(mol, auxbasis, device: Device, budget_mb: float) -> EarlyIntegrals | None:
+    """The MP2 step's integrals to make during the SCF (begun by :meth:`EarlyIntegrals.start`), where
+    ``device`` computes off the host's cores (:func:`mp2trn.overlap.overlaps`) and the budget has room for
+    blocks held until the energy (:func:`plan_early_integrals`); else None."""
     if not overlaps(device):
         return None
-    dfi = build_df(mol, auxbasis)
-    aux_block, blocks = plan_early_integrals(dfi, mol.nelec, device.storage_dtype.itemsize, device.ao_packed,
+    auxmol, aux = make_auxmol(mol, auxbasis)
+    aux_block, blocks = plan_early_integrals(mol, auxmol, device.storage_dtype.itemsize, device.ao_packed,
                                              budget_mb)
-    return EarlyIntegrals(dfi, aux_block, device.ao_packed, blocks) if blocks else None
+    return EarlyIntegrals(mol, auxmol, aux, aux_block, device.ao_packed, blocks) if blocks else None
 
 
 def build_b(
@@ -326,12 +348,12 @@ def _build_b(dfi, spins, device, plan, store, progress, early) -> dict[str, floa
     # this one (mp2trn.overlap): two blocks alive, each half the planned block so that both fit its room
     ahead = overlaps(device)
     aux_block = max(dfi.max_aux_shell, plan.aux_block // 2) if ahead else plan.aux_block
-    made = []
-    if early is not None:
+    made, first = [], 0
+    if early is not None:   # taken (EarlyIntegrals.take) by the caller, who planned around them
         if early.dfi is not dfi or early.packed != device.ao_packed:
             raise ValueError("build_b: the early blocks are of other fitting integrals or layout")
-        made = early.take()
-    first = early.ranges[len(made) - 1][1] if made else 0      # the first fitting shell left to make
+        made, first, early.made = early.made, early.first_left, []
+        aux_block = min(aux_block, early.aux_block)   # one block shape (one kernel signature) where it fits
     nshell = dfi.auxmol.nbas
     nblocks = len(made) + dfi.block_count(aux_block, (first, nshell))
     blocks = dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=(first, nshell), buffers=2 if ahead else 1)

@@ -283,6 +283,7 @@ def _append(records: Path, rec: dict) -> None:
 
 # -- Taxol: device stages scaled from the largest emulated case ------------------------------------------
 
+@functools.lru_cache(maxsize=None)
 def sizes(xyz: str, basis: str) -> dict:
     """nao, the JK-fit and RI-fit naux, nocc, nvir of a molecule in ``basis`` (cc-pVDZ fitting partners)."""
     from pyscf import df, gto
@@ -319,6 +320,33 @@ def _early_share(xyz: str, basis: str, memory_gib: float) -> float:
     loc = dfi.auxmol.ao_loc_nr()
     rows = [loc[b] - loc[a] for a, b in dfi.shell_ranges(aux_block)]
     return float(sum(rows[:count]) / sum(rows))
+
+
+def second_halves_made(rec: dict, inst: dict) -> bool:
+    """Whether a neuron run of ``rec``'s case on the instance makes the compensated blocks' second halves
+    during the fp32 builds: its SCF tensor resident in the same blocks for both precisions
+    (mp2trn.jk.JKTensor.blocks) at the instance's default budget and the NeuronCore's HBM."""
+    return bool(rec.get("scf_jk_reduced")) and _second_halves_made(rec["xyz"], rec["basis"], inst["target"],
+                                                                  inst["memory_gib"])
+
+
+@functools.lru_cache(maxsize=None)
+def _second_halves_made(xyz: str, basis: str, target: str, memory_gib: float) -> bool:
+    from mp2trn.devices.nki_device import HBM_PER_CORE_GIB, NeuronDevice
+    from mp2trn.jk import _same_blocks
+    from mp2trn.memory import plan_scf_tensor
+
+    z = sizes(xyz, basis)
+    nao = z["nao"]
+    dev = NeuronDevice.__new__(NeuronDevice)      # its plan's itemsizes only: no NeuronCore needed
+
+    def plan(planes: int):
+        return plan_scf_tensor(z["naux_jk"], nao * (nao + 1) // 2, dev.jk_copy_itemsize(None, planes),
+                               dev.jk_copy_optional, nao * nao if dev.jk_streamed_unpacked else 0,
+                               0.6 * memory_gib * 1024, HBM_PER_CORE_GIB[target] * 2 ** 30 / 1e6,
+                               dev.jk_host_copy_itemsize(None, planes))
+
+    return _same_blocks(plan(3), plan(1))
 
 
 def stage_work(stage: str, z: dict) -> float:
@@ -500,7 +528,7 @@ def run_model(rec: dict, host_here: dict[str, float], fractions: dict[str, float
         overlap = sum(min(host[h] * (1 - early if h == EARLY[0] else 1), under(d))
                       for h, d in OVERLAPPED[phase].items() if d in dev)   # the shorter part, run under the longer
         if phase == "energy" and EARLY[1] in dev:   # both share the SCF builds' device time
-            reduced = rec.get("scf_jk_reduced")
+            reduced = rec.get("scf_jk_reduced") if second_halves_made(rec, inst) else None
             halves = min(host[SECOND_HALVES], reduced[inst["target"] + "_s"]) if reduced else 0.0
             overlap += halves + min(host[EARLY[0]] * early, under(EARLY[1]) - halves)
         total = sum(host.values()) + launched + device_s - overlap

@@ -360,16 +360,56 @@ def test_second_halves_made_during_the_fp32_builds_give_the_same_scf(name):
     from mp2trn.options import RunOptions
     from mp2trn.pipeline import scf_stage
 
+    taken = []
+
     class OffHost(SimDevice):
         def computes_on_host_cores(self) -> bool:
             return False
 
+        def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None, second=None):
+            made = super().jk_tensor(block, dtype, keep_copy, planes, previous, second)
+            if second is not None:
+                taken.append(made.pair[1] is second)
+            return made
+
     runs = [scf_stage(molecule_path(name), RunOptions(), dev).mf for dev in (SimDevice("fp32"), OffHost("fp32"))]
+    assert taken == [True]            # the switch took the half made during the fp32 builds
     assert runs[0].e_tot == runs[1].e_tot
     records = [mf.with_df.jk_record() for mf in runs]
     assert "second_halves_ahead" not in records[0]
     assert records[1]["second_halves_ahead"].startswith("1 of 1 compensated blocks' second halves")
     assert not [t for t in threading.enumerate() if t.name == "mp2trn-second-halves"]
+
+
+def test_compensated_blocks_take_the_fp32_rows_where_the_plan_would_cut_them_smaller():
+    """At a budget whose plan gives a streamed compensated block fewer rows than an fp32 one (15 MB for water),
+    the resident compensated blocks still take the fp32 blocks' rows, each reusing its fp32 block."""
+    from pyscf import scf as pyscf_scf
+
+    from mp2trn.devices.nki_device import SimDevice
+    from mp2trn.jk import density_fit_jk
+    from mp2trn.memory import plan_scf_tensor
+    from mp2trn.molecule import build_mole
+
+    mol = build_mole(molecule_path("water"), basis="cc-pvdz")
+    naux, per_row, nao = 116, 300, 24
+    rows = [plan_scf_tensor(naux, per_row, SimDevice("fp32").jk_copy_itemsize(None, planes), False, nao * nao,
+                            15.0, None).block_rows for planes in (1, 3)]
+    assert rows[1] < rows[0]            # the plan alone would cut the compensated blocks smaller
+    calls = []
+
+    class Spy(SimDevice):
+        def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None, second=None):
+            calls.append((planes, block.shape[0], previous is not None))
+            return super().jk_tensor(block, dtype, keep_copy, planes, previous, second)
+
+    mf = density_fit_jk(pyscf_scf.RHF(mol).density_fit("cc-pvdz-jkfit"), device=Spy("fp32"), max_memory=15.0)
+    assert mf.with_df.get_naoaux() == naux
+    mf.run()
+    fp32 = [c for c in calls if c[0] == 1]
+    x3 = [c for c in calls if c[0] == 3]
+    assert x3 and [c[1] for c in x3] == [c[1] for c in fp32] and all(c[2] for c in x3)
+    mf.with_df.release()
 
 
 @pytest.mark.parametrize("name", ["water", pytest.param("hydroxyl", marks=pytest.mark.slow)])   # UHF: 31 s, -m slow

@@ -221,7 +221,8 @@ def test_second_half_made_ahead_is_the_one_the_switch_makes():
         assert np.array_equal(lo, fp32_pair(full, rows.shape[0])[1])
         x3 = dev.jk_tensor(block, np.float64, planes=3, previous=rows, second=lo)
         assert x3.pair[0] is rows and x3.pair[1] is lo
-        assert SimDevice("fp32", "trn1").jk_second_half(block[:100], rows) is None   # unpadded: not reusable
+        assert dev.jk_second_half(block, rows[:192]) is None        # a view of other kept rows: not reusable
+        assert dev.jk_second_half(block, rows.astype(np.float64)) is None
 
 
 def test_resplit_x3_reads_a_group_too_tall_for_sbuf_twice():

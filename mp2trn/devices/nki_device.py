@@ -314,8 +314,10 @@ class NkiDevice(Device):
     def jk_second_half(self, block, previous):
         from ..precision import fp32_pair
 
-        rows, nao = self._rows_of(block)
-        hi = self._reusable(previous, rows, nao)
+        # the rows as the fp32 block was made (not the run's bucket: this runs in a thread of its own)
+        nao = nao_of_pairs(block.shape[1]) if block.ndim == 2 else block.shape[1]
+        rows = previous.shape[0] if isinstance(previous, np.ndarray) and previous.ndim == 3 else 0
+        hi = self._reusable(previous, rows, nao) if rows >= block.shape[0] else None
         return None if hi is None else fp32_pair(np.asarray(block, dtype=np.float64), rows, hi)[1]
 
     def jk_tensor(self, block, dtype, keep_copy=True, planes=1, previous=None, second=None):   # the copy is always kept
