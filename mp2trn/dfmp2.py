@@ -55,7 +55,7 @@ def kernel(
     budget is then per rank and every rank returns the same energies.
     keep_b: a holder that keeps B and the fitting integrals for the gradient of the same run (one rank only:
     a run over ranks holds shares of B, which the gradient cannot use); None: B is freed here.
-    early: the fitting integrals begun during the SCF (:func:`mp2trn.transform.start_early_integrals`, the
+    early: the fitting integrals begun during the SCF (:func:`mp2trn.transform.prepare_early_integrals`, the
     same molecule and fitting basis; one rank), taken here.
     Returns an MP2Result with timings (s) of the stages: df_setup, ao_to_mo, metric, pairs, mp2.
     """
