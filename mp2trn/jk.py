@@ -199,7 +199,6 @@ class JKTensor:
         #: the host's cores (:meth:`Device.jk_second_half`), and what that thread did
         self.second_halves: EarlyBlocks | None = None
         self.second_record: dict[str, Any] = {}
-        self.second_count = 0     # blocks the thread was asked for
         self.pair_seconds = 0.0   # making the compensated blocks (their pairs) when the builds asked for them
 
     def _plan(self, mode: Precision, device: Device, naux: int, per_row: int, packed: bool):
@@ -272,19 +271,19 @@ class JKTensor:
         starts = range(0, self.full.shape[0], step)
         if previous is None or previous_step != step:   # the old blocks' rows must be the new blocks' rows
             previous = [None] * len(starts)
-        seconds = self._take_second_halves() if mode.compensated else []
-        seconds += [None] * (len(starts) - len(seconds))
+        halves = self._take_second_halves() if mode.compensated else []
+        halves += [None] * (len(starts) - len(halves))
         t0 = time.perf_counter()
         self.kept = [device.jk_tensor(self.full[p0 : p0 + step], dtype, keep_copy=not self.copy_left_out, **planes,
                                       **({"previous": old} if old is not None else {}),
                                       **({"second": second} if second is not None else {}))
-                     for p0, old, second in zip(starts, previous, seconds)]
+                     for p0, old, second in zip(starts, previous, halves)]
         if mode.compensated:
             self.pair_seconds += time.perf_counter() - t0
         self.kept_for, self.kept_step = (mode.name, device.name), step
         if then is not None and then.compensated and not mode.compensated and overlaps(device) and \
                 _same_blocks(self._plan(then, device, naux, per_row, packed), plan):
-            full, kept, self.second_count = self.full, self.kept, len(starts)
+            full, kept, self.second_record = self.full, self.kept, {"of": len(starts)}
             self.second_halves = EarlyBlocks(
                 (lambda p0=p0, k=k: device.jk_second_half(full[p0 : p0 + step], k) for p0, k in zip(starts, kept)),
                 name="mp2trn-second-halves")
@@ -296,7 +295,7 @@ class JKTensor:
         if self.second_halves is None:
             return []
         made, self.second_halves = self.second_halves.take(), None
-        self.second_record = {"blocks": sum(1 for m in made if m is not None), "of": self.second_count}
+        self.second_record["blocks"] = sum(1 for m in made if m is not None)
         return made
 
     def _streamed_rows(self, naux: int, blksize: int):
@@ -371,7 +370,7 @@ class JKTensor:
             if self.copy_left_out else ""
         out = {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})",
                "tensor_plan": self.why, "compensated_blocks_seconds": self.pair_seconds}
-        if self.second_record:
+        if "blocks" in self.second_record:
             out["second_halves_ahead"] = (f"{self.second_record['blocks']} of {self.second_record['of']} compensated "
                                           "blocks' second halves made on the host during the reduced builds")
         return out

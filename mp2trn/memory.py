@@ -284,8 +284,13 @@ def check_budget_before_scf(nao: int, nelec: tuple[int, int], naux: int, max_aux
 
     Uses the all-electron orbital counts (an upper bound: frozen orbitals only shrink the work).
     """
-    spins = [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(nelec))]
-    plan_blocks(nao, naux, spins, max_aux_shell, budget, itemsize=itemsize)
+    plan_blocks(nao, naux, all_electron_shapes(nao, nelec), max_aux_shell, budget, itemsize=itemsize)
+
+
+def all_electron_shapes(nao: int, nelec: tuple[int, int]) -> list[SpinShape]:
+    """The MP2 step's spin channels before the SCF, from the electron counts (all electrons correlated, no
+    orbital dropped: an upper bound of the work): one for a closed shell, two for an open one."""
+    return [SpinShape(max(1, n), max(1, nao - n)) for n in sorted(set(nelec))]
 
 
 # -- the gradient's plan ------------------------------------------------------------------------------------

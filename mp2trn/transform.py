@@ -20,7 +20,7 @@ import numpy as np
 from .devices.base import Device
 from .df import DFIntegrals, largest_shell, make_auxmol, metric_cholesky
 from .errors import ResourceError
-from .memory import BlockPlan, SpinShape, early_blocks_mb, plan_blocks
+from .memory import BlockPlan, SpinShape, all_electron_shapes, early_blocks_mb, plan_blocks
 from .orbitals import SpinOrbitals
 from .overlap import EarlyBlocks, made_ahead, overlaps
 from .parallel import Comm, balanced_counts, offsets, weighted_split
@@ -298,7 +298,7 @@ def plan_early_integrals(mol, auxmol, itemsize: int, packed: bool, budget_mb: fl
     of an open shell) beside the metric's factor, blocks of half the plan's AO block (the blocks
     :func:`build_b` makes ahead of such a device); (0, 0) when the budget has no room."""
     nao, naux, shell = mol.nao_nr(), auxmol.nao_nr(), largest_shell(auxmol)
-    spins = [SpinShape(max(1, n), max(1, nao - n)) for n in mol.nelec[: 1 if mol.nelec[0] == mol.nelec[1] else 2]]
+    spins = all_electron_shapes(nao, mol.nelec)
     room = early_blocks_mb(nao, naux, spins, shell, budget_mb, itemsize) * 1e6 - naux * naux * 8
     if room <= 0:
         return 0, 0
