@@ -243,13 +243,13 @@ class ResponseJK:
         rho = np.zeros(self.naux)
         exchange = []
         for ch, kept, ov, vv, x in zip(self.chans, self._kept, self.b_ov, self.b_vv, mats):
-            o, occ, vir = len(ch.occ), ch.occ, ch.vir
+            o, occ, vir = len(ch.occ), _span(ch.occ), _span(ch.vir)
             # W[(Q, i), r] = Σ_s B^Q_si X_sr over virtual and over occupied s; tr over r = i: ρ_ov, ρ_oo + ρ_ov
             w = self._gemm(kept["vo_by_vir"], x[vir]).reshape(self.naux, o, -1)
             rho_ov = np.einsum("qii->q", w[:, :, occ])
             w += self._gemm(kept["oo_by_occ"], x[occ]).reshape(self.naux, o, -1)
             rho += ch.weight * (np.einsum("qii->q", w[:, :, occ]) + rho_ov
-                                + vv.reshape(self.naux, -1) @ x[np.ix_(vir, vir)].ravel())
+                                + vv.reshape(self.naux, -1) @ x[vir][:, vir].ravel())
             w = w.transpose(0, 2, 1)                                              # (Q, r, i) = W^Q_ri
             w_occ, w_vir = w[:, occ].reshape(-1, o), w[:, vir].reshape(-1, o)   # ((Q, j), i), ((Q, b), i)
             del w
