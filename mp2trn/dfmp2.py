@@ -11,6 +11,7 @@ when given a name, and keeping the result::
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 from .devices import Device, get_device
 from .basis import default_fitting
 from .df import build_df, describe_basis, pyscf_fitting
-from .energy import pair_energies, singles_energy
+from .energy import PairEnergies, pair_energies, singles_energy
 from .errors import InputError, ResourceError
 from .methods import get_method
 from .memory import SpinShape, plan_blocks
@@ -45,6 +46,7 @@ def kernel(
     comm: Comm | None = None,
     keep_b: KeptB | None = None,
     early: EarlyIntegrals | None = None,
+    pair_step: bool = True,
 ) -> MP2Result:
     """DF-MP2 energy of the converged SCF ``mf`` on ``device`` within ``max_memory`` MB.
 
@@ -57,16 +59,19 @@ def kernel(
     a run over ranks holds shares of B, which the gradient cannot use); None: B is freed here.
     early: the fitting integrals begun during the SCF (:func:`mp2trn.transform.prepare_early_integrals`, the
     same molecule and fitting basis; one rank), taken here.
+    pair_step: False leaves the pair energies to the gradient's sweep of the same run, which forms the same
+    amplitudes (:func:`mp2trn.grad.dfmp2.sweep_gives_energies`; needs ``keep_b``, one rank): the result's
+    correlation energies are then NaN until :func:`with_pair_energies` fills them in.
     Returns an MP2Result with timings (s) of the stages: df_setup, ao_to_mo, metric, pairs, mp2.
     """
     with one_blas_pool():
         return _kernel(mf, device, max_memory, auxbasis, frozen, progress, keep_pair_energies, comm or Comm(), keep_b,
-                       early)
+                       early, pair_step)
 
 
 def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, progress: Progress | None,
             keep_pair_energies: bool, comm: Comm, keep_b: KeptB | None,
-            early: EarlyIntegrals | None = None) -> MP2Result:
+            early: EarlyIntegrals | None = None, pair_step: bool = True) -> MP2Result:
     t_start = time.perf_counter()
     check_converged(mf)
     mol = mf.mol
@@ -79,6 +84,8 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
     spins = spin_orbitals(orbs, frozen_sel)
     if min(s.nocc for s in spins) == 0 or min(s.nvir for s in spins) == 0:
         raise InputError("no active occupied or virtual orbitals: nothing to correlate")
+    if not pair_step and (keep_b is None or comm.size > 1):
+        raise ValueError("dfmp2.kernel: without its pair step the energy needs a gradient of one rank to take B")
     if early is not None and (early.dfi.mol is not mol or comm.size > 1):
         raise ValueError("dfmp2.kernel: the early integrals are of another molecule, or the run is over ranks")
     t0 = time.perf_counter()
@@ -110,7 +117,8 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
             stage_times = build_b(dfi, spins, device, plan, store, progress, early)
             b_on_device = device.hold(store.arrays) if store.incore else "read from the HDF5 file block by block"
             t0 = time.perf_counter()
-            pairs = pair_energies(store, spins, device, occ_block, progress)
+            pairs = pair_energies(store, spins, device, occ_block, progress) if pair_step else \
+                PairEnergies(math.nan, math.nan)
             t_pairs = time.perf_counter() - t0
         except BaseException:
             device.release()
@@ -133,6 +141,8 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         "occ_block": occ_block,
         "aux_block": plan.aux_block,
         "pair_blocks": pairs.block_pairs,
+        **({} if pair_step else {"pair_energies": "summed by the gradient's pair sweep from its amplitudes "
+                                                  "(no pair step of their own)"}),
         **({"b_on_device": b_on_device} if comm.size == 1 else {}),
         **({"mp2_integrals_during_scf": _early_note(early.record)} if early is not None else {}),
         "blas": pool_note(),
@@ -171,6 +181,14 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
         molecule=qcschema_molecule(mol),
         pair_energies=[o + s for o, s in zip(pairs.pair_os, pairs.pair_ss)] if keep_pair_energies else None,
     )
+
+
+def with_pair_energies(result: MP2Result, pairs: PairEnergies, keep_pair_energies: bool = False) -> MP2Result:
+    """``result`` (of a kernel run without its pair step) with the correlation energies of ``pairs``, summed
+    by the gradient's sweep of the same run (and, with ``keep_pair_energies``, the per-pair matrices)."""
+    return replace(result, e_corr_os=pairs.e_os, e_corr_ss=pairs.e_ss,
+                   pair_energies=[o + s for o, s in zip(pairs.pair_os, pairs.pair_ss)] if keep_pair_energies
+                   else None)
 
 
 def _early_note(record: dict) -> str:

@@ -123,7 +123,7 @@ def pair_energies(
     block pairs are shared out by :func:`ring_tasks` and the per-pair sums all-reduced in fp64.
     """
     comm = comm or Comm()
-    channels = [(0, 0, "rhf")] if len(spins) == 1 else [(0, 0, "alpha-alpha"), (1, 1, "beta-beta"), (0, 1, "alpha-beta")]
+    channels = list(zip((0, 1, 0), (0, 1, 1), channel_labels(len(spins))))
     streams = [(ring_tasks(store, spins, si, sj, occ_block, comm) if comm.size > 1
                 else _local_tasks(store, spins, si, sj, occ_block)) for si, sj, _ in channels]
     done = [0, sum(count for count, _ in streams)]
@@ -132,8 +132,21 @@ def pair_energies(
     for (si, sj, _), (_, tasks) in zip(channels, streams):
         os_, xx = _channel(device, spins, si, sj, tasks, progress, done)
         parts.append((comm.allreduce(os_, "reduce"), None if xx is None else comm.allreduce(xx, "reduce")))
-    if len(spins) == 1:
-        os_, xx = parts[0]
+    return assemble(parts, result)
+
+
+def channel_labels(nspins: int) -> list[str]:
+    """The pair step's channels: one for RHF, the two same-spin ones and the opposite-spin one for UHF."""
+    return ["rhf"] if nspins == 1 else ["alpha-alpha", "beta-beta", "alpha-beta"]
+
+
+def assemble(parts: list[tuple[np.ndarray, np.ndarray | None]], result: PairEnergies) -> PairEnergies:
+    """E_os, E_ss and the pair matrices into ``result`` from each channel's per-pair (os, x) (the order of
+    :func:`channel_labels`; same-spin matrices read on and above the diagonal, i ≤ j, the opposite-spin
+    one whole, α-i by β-j): the one place the pair sums become energies, for the pair step and for a
+    gradient's sweep that summed them (:mod:`mp2trn.grad.densities`)."""
+    if len(parts) == 1:
+        os_, xx = np.triu(parts[0][0]), np.triu(parts[0][1])
         weight = 2.0 * np.triu(np.ones_like(os_), 1) + np.eye(os_.shape[0])
         result.e_os = float(np.sum(weight * os_))
         result.e_ss = float(np.sum(weight * (os_ - xx)))

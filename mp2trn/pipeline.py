@@ -34,6 +34,7 @@ from .basis import BasisSet, MoleculeBases, atom_symbols, default_fitting, fitti
 from .methods import dispersion_energy, get_method
 from .molecule import build_mole_with_bases
 from .options import RunOptions
+from .orbitals import reference_of
 from .costreport import add_run_summary
 from .result import MP2Result
 from .scf import run_scf, scf_record
@@ -245,11 +246,17 @@ def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, h
     """The MP2 energy of the SCF of ``stage``, and its gradient with ``--gradient`` (from the energy's B in
     ``kept``), within the run's budget less the ``held_mb`` MB of the SCF's tensor kept for the gradient;
     ``early``: the MP2 step's integrals begun during the SCF."""
+    from .grad.dfmp2 import sweep_gives_energies
+
     mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
     budget = budget_mb(options.max_memory) - held_mb
-    result = dfmp2.kernel(mf, device, budget, molecule.ri_auxbasis, options.frozen,
-                          progress, keep_pair_energies, comm, keep_b=kept, early=early)
     method = get_method(options.method)
+    # a gradient whose sweep can sum the pair energies from its own amplitudes: the energy forms none
+    deferred = (options.gradient and kept is not None and not method.double_hybrid
+                and sweep_gives_energies(device, reference_of(mf), method.c_os, method.c_ss,
+                                         comm is None or comm.size == 1))
+    result = dfmp2.kernel(mf, device, budget, molecule.ri_auxbasis, options.frozen,
+                          progress, keep_pair_energies, comm, keep_b=kept, early=early, pair_step=not deferred)
     what_ran = {**result.what_ran, **_basis_names(molecule, result.what_ran), "bases": molecule.record(),
                 "method": method.record(), "memory_mb": budget_mb(options.max_memory)}
     if held_mb:
@@ -260,10 +267,8 @@ def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, h
     if result.cost:
         add_run_summary(result.cost, record, timings)
     check_stopped()
-    energies = result.energies()
-    if not all(math.isfinite(v) for v in energies.values()):
-        raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "
-                             "nothing is written")
+    if not deferred:
+        check_finite(result)
     notes = result.notes + stage.notes + molecule.basis_notes()
     parallel = None
     if comm is not None and comm.size > 1:
@@ -275,23 +280,39 @@ def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, h
     result = replace(result, timings=timings, scf=record, notes=notes, parallel=parallel, what_ran=what_ran,
                      method=method, e_disp=dispersion_energy(mf.mol, method), reference=reference)
     if options.gradient:
-        result = gradient_stage(result, mf, molecule.ri_auxbasis, options, device, progress, comm, kept, budget)
+        result = gradient_stage(result, mf, molecule.ri_auxbasis, options, device, progress, comm, kept, budget,
+                                pair_energies=deferred, keep_pair_energies=keep_pair_energies)
+        check_finite(result)
     return result, mf
+
+
+def check_finite(result: MP2Result) -> None:
+    """NumericalError unless every energy of ``result`` is finite (nothing is written then)."""
+    energies = result.energies()
+    if not all(math.isfinite(v) for v in energies.values()):
+        raise NumericalError(f"non-finite energies {energies}: the calculation is numerically degenerate; "
+                             "nothing is written")
 
 
 def gradient_stage(result: MP2Result, mf, auxbasis, options: RunOptions, device: Device,
                    progress: Progress | None = None, comm: Comm | None = None, kept: KeptB | None = None,
-                   budget: float | None = None) -> MP2Result:
+                   budget: float | None = None, pair_energies: bool = False,
+                   keep_pair_energies: bool = False) -> MP2Result:
     """The analytic gradient of ``result``'s energy, the relaxed density's dipole and natural occupations
     (:mod:`mp2trn.grad`), added to ``result`` with the stages' timings and what ran; ``kept``: the energy's
-    B, which the gradient takes instead of building it again; ``budget``: MB (None: the run's)."""
+    B, which the gradient takes instead of building it again; ``budget``: MB (None: the run's).
+    ``pair_energies``: ``result`` came from an energy without its pair step, and the gradient's sweep sums
+    the pair energies into it (the per-pair matrices too with ``keep_pair_energies``)."""
     from .grad import kernel as gradient_kernel
     from .grad.properties import dipole, natural_orbitals
 
     check_stopped()
     method = result.method
     g = gradient_kernel(mf, device, budget_mb(options.max_memory) if budget is None else budget, auxbasis,
-                        options.frozen, method.c_os, method.c_ss, progress, comm=comm, kept_b=kept)
+                        options.frozen, method.c_os, method.c_ss, progress, comm=comm, kept_b=kept,
+                        pair_energies=pair_energies)
+    if pair_energies:
+        result = dfmp2.with_pair_energies(result, g.pair_energies, keep_pair_energies)
     mol = mf.mol
     dipoles = {"scf": dipole(mol, g.dm_hf).tolist(), "mp2_unrelaxed": dipole(mol, g.dm_unrelaxed).tolist(),
                "mp2_relaxed": dipole(mol, g.dm_relaxed).tolist()}

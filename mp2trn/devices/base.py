@@ -28,6 +28,10 @@ class PairDensities(NamedTuple):
     p_occ: np.ndarray              #: (ni, ni): Σ_kab τ_ik^ab t̃_i'k^ab
     p_vir_all: np.ndarray          #: (nva, nva): Σ_ikb τ_ik^ab t̃_ik^a'b
     p_vir_k: np.ndarray | None     #: (nvb, nvb): Σ_ika τ_ik^ab t̃_ik^ab' (when asked)
+    #: (ni, nk): Σ_ab T_ik^ab τ_ik^ab, the pair's os sum of :meth:`Device.pair_energies` (with ``energies``)
+    pair_os: np.ndarray | None = None
+    #: (ni, nk): Σ_ab T_ik^ab t̃_ik^ab, the pair's share of the scaled correlation energy (with ``energies``)
+    pair_scaled: np.ndarray | None = None
 
 
 def root_array(a: np.ndarray) -> np.ndarray:
@@ -165,9 +169,13 @@ class Device(ABC):
         """The arithmetic of :meth:`pair_densities` (the device's precision unless it has no kernel for it)."""
         return self.precision
 
+    #: True when :meth:`pair_densities` also sums each pair's energy from the amplitudes it forms (its
+    #: ``energies``), so that a gradient run needs no separate pair step for the MP2 energy
+    sweep_energies: bool = False
+
     def pair_densities(self, b_all: np.ndarray, b_k: np.ndarray, e_all: np.ndarray, e_k: np.ndarray,
                        ev_all: np.ndarray, ev_k: np.ndarray, c_direct: float, c_exch: float,
-                       vir_k: bool) -> PairDensities:
+                       vir_k: bool, energies: bool = False) -> PairDensities:
         """Unrelaxed MP2 densities and the 3-index two-particle density of one strip of pairs (Hartree⁻¹).
 
         b_all: (naux, ni, nva) B of every occupied orbital i of one spin; b_k: (naux, nk, nvb) B of a block
@@ -176,6 +184,9 @@ class Device(ABC):
         t̃_ik^ab = c_direct·τ_ik^ab − c_exch·τ_ik^ba (c_exch ≠ 0 only when nva == nvb, same spin):
           gamma_k[Q, k, b] = Σ_ia t̃_ik^ab B_Q,ia          p_occ[i, i'] = Σ_kab τ_ik^ab t̃_i'k^ab
           p_vir_all[a, a'] = Σ_ikb τ_ik^ab t̃_ik^a'b        p_vir_k[b, b'] = Σ_ika τ_ik^ab t̃_ik^ab' (vir_k)
+        With ``energies`` (only where :attr:`sweep_energies`), per pair with T_ik^ab = Σ_Q B_Q,ia B_Q,kb:
+          pair_os[i, k] = Σ_ab T_ik^ab τ_ik^ab             pair_scaled[i, k] = Σ_ab T_ik^ab t̃_ik^ab
+        (fp64 sums: the first is :meth:`pair_energies`' os, the second c_direct·os − c_exch·x).
         """
         raise NotImplementedError(f"device {self.name!r} has no gradient pair step")
 

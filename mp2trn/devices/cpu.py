@@ -223,9 +223,16 @@ class CpuDevice(Device):
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True
 
-    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
+    @property
+    def sweep_energies(self) -> bool:
+        """fp64 only: the fp32 sweep's tiles would be summed in fp32, where the pair step sums in fp64."""
+        return self.precision == "fp64"
+
+    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies=False):
+        if energies and not self.sweep_energies:
+            raise ValueError(f"the {self.precision} cpu pair sweep does not sum pair energies (sweep_energies)")
         t0 = time.perf_counter()
-        out = self._pair_densities(b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k)
+        out = self._pair_densities(b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies)
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]
         # per k: τ and Γ̄ (2·naux·ni·nva·nvb each), P_occ, P_vir of all, P_vir of k
@@ -233,7 +240,7 @@ class CpuDevice(Device):
         self._meter.add("grad_pairs", self.precision, time.perf_counter() - t0, per_k * nk)
         return out
 
-    def _pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
+    def _pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies=False):
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]
         dt = np.dtype(self._dtype).type
@@ -242,6 +249,8 @@ class CpuDevice(Device):
         denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(dt)
         gamma = np.empty((naux, nk, nvb))
         sums: dict[int, list] = {}
+        # each part writes its own k columns of these
+        pair_os, pair_scaled = (np.zeros((ni, nk)), np.zeros((ni, nk))) if energies else (None, None)
 
         # On two cores the strip's k split over them (:meth:`_over_cores`, one BLAS thread each, one k at a
         # time), so that one core's elementwise work runs beside the other's GEMMs; else one part, NumPy's
@@ -275,6 +284,12 @@ class CpuDevice(Device):
                         np.add(denom[i], dt(e_k[k0 + j]), out=w)
                         np.divide(t, w, out=t)                      # τ_ik^ab
                         _exchanged(t, c_direct, c_exch, w, out)     # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
+                        if energies:                                # T = τ·D again (w was _exchanged's work)
+                            np.add(denom[i], dt(e_k[k0 + j]), out=w)
+                            np.multiply(w, t, out=w)
+                            # einsum reads the strided tiles where they lie (vdot would copy them)
+                            pair_os[i, k0 + j] = np.einsum("ab,ab->", w, t)
+                            pair_scaled[i, k0 + j] = np.einsum("ab,ab->", w, out)
                     if vir_k:
                         p_vir_k += tau[:, :, cols].reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
                 gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
@@ -286,7 +301,7 @@ class CpuDevice(Device):
         # summed in part order (the parts finish in any order): the same result every run
         p_occ, p_vir_all, p_vir_k = (None if sums[0][x] is None else sum(sums[k][x] for k in sorted(sums))
                                      for x in range(3))
-        return PairDensities(gamma, p_occ, p_vir_all, p_vir_k)
+        return PairDensities(gamma, p_occ, p_vir_all, p_vir_k, pair_os, pair_scaled)
 
     # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------
     def response_gemm(self, a_t, b, stage="zvector"):

@@ -656,10 +656,12 @@ class NkiDevice(Device):
         the gradient's pair step runs the fp32 kernel on B rounded to fp32 (what-ran says so)."""
         return "fp32"
 
-    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k) -> PairDensities:
+    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies=False) -> PairDensities:
         """One strip through ``mp2_density`` (one launch): B and energies in fp32 as the kernel takes them,
         the k block padded to the largest of the run (zero B, energy −1 Eh: nothing added, one signature),
         the sums back in fp64."""
+        if energies:
+            raise ValueError(f"device {self.name!r} does not sum pair energies in its pair sweep (sweep_energies)")
         kernel = self.kernels.densities or kernel_set(1).densities    # fp32 for every mode (see above)
         naux, ni, nva = b_all.shape
         nk0, nvb = b_k.shape[1], b_k.shape[2]

@@ -227,7 +227,9 @@ class TorchDevice(Device):
     # -- the gradient's pair step: the cpu device's per-k GEMMs, on the torch device ------------------------
     has_pair_densities = True
 
-    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k):
+    def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies=False):
+        if energies:
+            raise ValueError(f"device {self.name!r} does not sum pair energies in its pair sweep (sweep_energies)")
         torch = self.torch
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]

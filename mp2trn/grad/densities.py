@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..devices.base import Device, PairDensities
-from ..energy import _blocks
+from ..energy import PairEnergies, _blocks, assemble, channel_labels
 from ..orbitals import SpinOrbitals
 from ..parallel import Comm
 from ..progress import Progress
@@ -38,6 +38,8 @@ class UnrelaxedDensities:
     p_vir: list[np.ndarray]
     gamma: BStore
     strips: int
+    #: the MP2 pair energies summed from the sweep's own amplitudes (with ``energies``), else None
+    energies: PairEnergies | None = None
 
 
 def strip_tasks(spins: list[SpinOrbitals], c_os: float, c_ss: float) -> list[tuple[int, int, float, float, bool, bool]]:
@@ -58,16 +60,33 @@ def strip_tasks(spins: list[SpinOrbitals], c_os: float, c_ss: float) -> list[tup
     return cases
 
 
+def gives_energies(nspins: int, c_os: float, c_ss: float) -> bool:
+    """Whether the sweep's strips (:func:`strip_tasks`) meet every pair sum the MP2 energy reports: E_ss
+    needs each same-spin pair's exchange sum, which comes out of Σ T·t̃ only where t̃ holds τᵀ (c_ss ≠ 0),
+    and a UHF sweep runs no opposite-spin strip without c_os."""
+    return bool(c_ss) and (nspins == 1 or bool(c_os))
+
+
 def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: int, c_os: float, c_ss: float,
           gamma: BStore, progress: Progress | None = None, comm: Comm | None = None,
-          pair_block: int = 0) -> UnrelaxedDensities:
+          pair_block: int = 0, energies: bool = False) -> UnrelaxedDensities:
     """Run every strip on ``device``; fill ``gamma`` and return the unrelaxed densities.
+
+    ``energies`` (one rank, a device with :attr:`~mp2trn.devices.Device.sweep_energies`, and
+    :func:`gives_energies`): also the MP2 pair energies, summed by the device from the amplitudes each
+    strip forms anyway — per pair os = Σ T·τ and Σ T·t̃ = c_direct·os − c_exch·x — so that a gradient run
+    needs no pair step of its own for the energy (the amplitudes are not formed twice). The same-spin
+    exchange sums come from x = (c_direct·os − Σ T·t̃)/c_exch; the opposite-spin pairs of UHF from the first
+    of their two passes.
 
     ``pair_block`` 0: a strip reads B of every occupied orbital i of one spin at once. Else B is streamed in
     pairs of i blocks of ``pair_block`` orbitals (:func:`_pair_strip`), for a B that does not fit memory.
     With ``comm`` over several ranks each rank runs every size-th block (its Γ̄ columns; the others stay
     as they are, zero) and the densities are all-reduced; every rank holds the whole B."""
     comm = comm or Comm()
+    if energies and (comm.size > 1 or not device.sweep_energies or not gives_energies(len(spins), c_os, c_ss)):
+        raise ValueError("sweep: pair energies need one rank, a device that sums them and c_ss (and c_os for "
+                         "UHF) non-zero")
     p_occ = [np.zeros((s.nocc, s.nocc)) for s in spins]
     p_vir = [np.zeros((s.nvir, s.nvir)) for s in spins]
     cases = strip_tasks(spins, c_os, c_ss)
@@ -76,6 +95,9 @@ def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: i
     mine = mine[comm.rank :: comm.size]
     total = sum(1 for sk, *_ in mine for case in cases if case[1] == sk)
     done = 0
+    # per channel of energy.channel_labels: (os, x) over ordered pairs, same spin; os α-i by β-k, opposite
+    sums = ([(np.zeros((s.nocc, s.nocc)), np.zeros((s.nocc, s.nocc))) for s in spins]
+            + ([(np.zeros((spins[0].nocc, spins[1].nocc)), None)] if len(spins) == 2 else [])) if energies else None
     for sk, k0, k1 in mine:              # one block of spin sk at a time: its Γ̄ rows are complete after it
         rows = None
         for si, sj, c_direct, c_exch, vir_all, vir_k in cases:
@@ -84,11 +106,20 @@ def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: i
             a, b = spins[si], spins[sk]
             b_k = store.occ_block(sk, b.nvir, k0, k1)
             args = (b_k, a.e_vir, b.e_vir, b.e_occ[k0:k1], c_direct, c_exch, vir_k)
+            # opposite spins are swept twice (strip_tasks): their energies are taken from the first pass
+            wanted = energies and (si == sk or vir_k)
             if pair_block and pair_block < a.nocc:
-                out = _pair_strip(store, si, a, pair_block, device, *args)
+                out = _pair_strip(store, si, a, pair_block, device, *args, energies=wanted)
             else:
                 out = device.pair_densities(store.occ_block(si, a.nvir, 0, a.nocc), b_k, a.e_occ, b.e_occ[k0:k1],
-                                            a.e_vir, b.e_vir, c_direct, c_exch, vir_k)
+                                            a.e_vir, b.e_vir, c_direct, c_exch, vir_k,
+                                            **({"energies": True} if wanted else {}))
+            if wanted and si == sk:
+                os_, xx = sums[si]
+                os_[:, k0:k1] = out.pair_os
+                xx[:, k0:k1] = (c_direct * out.pair_os - out.pair_scaled) / c_exch
+            elif wanted:            # i of spin β (si = 1) against k of spin α: the α-β matrix's rows k0:k1
+                sums[2][0][k0:k1, :] = out.pair_os.T
             p_occ[si] -= out.p_occ
             if vir_all:
                 p_vir[si] += out.p_vir_all
@@ -108,12 +139,15 @@ def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: i
         del rows
     p_occ = [comm.allreduce((p + p.T) / 2, "gradient") for p in p_occ]
     p_vir = [comm.allreduce((p + p.T) / 2, "gradient") for p in p_vir]
-    return UnrelaxedDensities(p_occ, p_vir, gamma, total)
+    pairs = None
+    if energies:
+        pairs = assemble(sums, PairEnergies(block_pairs=0, channels=channel_labels(len(spins))))
+    return UnrelaxedDensities(p_occ, p_vir, gamma, total, pairs)
 
 
 def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Device, b_k: np.ndarray,
                 ev_all: np.ndarray, ev_k: np.ndarray, e_k: np.ndarray, c_direct: float, c_exch: float,
-                vir_k: bool) -> PairDensities:
+                vir_k: bool, energies: bool = False) -> PairDensities:
     """One strip (every i of spin ``si`` against the block b_k) with B of the i side read as pairs of
     ``block``-orbital blocks I < J: each pair is one device call on [B_I; B_J].
 
@@ -128,6 +162,8 @@ def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Dev
     pairs = [(edges[x], edges[y]) for x in range(len(edges)) for y in range(x + 1, len(edges))] or [(edges[0], None)]
     gamma = p_vir_all = p_vir_k = None
     p_occ = np.zeros((a.nocc, a.nocc))
+    # each pair's sums: every i block meets the strip in its n − 1 block pairs, summed, then divided as Γ̄
+    pair_os, pair_scaled = (np.zeros((a.nocc, len(e_k))), np.zeros((a.nocc, len(e_k)))) if energies else (None, None)
     diagonal = np.zeros((a.nocc, a.nocc))
     buf = np.empty((store_rows(store), 2 * block if len(edges) > 1 else a.nocc, a.nvir), dtype=store.dtype)
     for first, second in pairs:
@@ -137,7 +173,14 @@ def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Dev
             store.read_occ_block(si, a.nvir, i0, i1, buf[:, n : n + i1 - i0])
             n += i1 - i0
         e_pair = np.concatenate([a.e_occ[i0:i1] for i0, i1 in parts])
-        out = device.pair_densities(buf[:, :n], b_k, e_pair, e_k, ev_all, ev_k, c_direct, c_exch, vir_k)
+        out = device.pair_densities(buf[:, :n], b_k, e_pair, e_k, ev_all, ev_k, c_direct, c_exch, vir_k,
+                                    **({"energies": True} if energies else {}))
+        if energies:
+            m = 0
+            for i0, i1 in parts:
+                pair_os[i0:i1] += out.pair_os[m : m + i1 - i0]
+                pair_scaled[i0:i1] += out.pair_scaled[m : m + i1 - i0]
+                m += i1 - i0
         gamma = out.gamma_k if gamma is None else gamma + out.gamma_k
         p_vir_all = out.p_vir_all if p_vir_all is None else p_vir_all + out.p_vir_all
         if out.p_vir_k is not None:
@@ -153,7 +196,9 @@ def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Dev
         check_stopped()
     p_occ += diagonal / repeats
     return PairDensities(gamma / repeats, p_occ, p_vir_all / repeats,
-                         None if p_vir_k is None else p_vir_k / repeats)
+                         None if p_vir_k is None else p_vir_k / repeats,
+                         None if pair_os is None else pair_os / repeats,
+                         None if pair_scaled is None else pair_scaled / repeats)
 
 
 def store_rows(store: BStore) -> int:

@@ -23,6 +23,7 @@ from pyscf import df, dft
 
 from ..devices import Device
 from ..df import build_df, largest_shell, quiet_pyscf
+from ..energy import PairEnergies
 from ..errors import InputError, ResourceError
 from ..memory import MAX_GRADIENT_BLOCK_BYTES, ChannelShape, GradientPlan, GradientSizes, ao_block_cap, plan_gradient
 from ..options import LINDEP_GRADIENT, Frozen
@@ -53,6 +54,18 @@ class GradientResult:
     zvector_iterations: int
     timings: dict[str, float] = field(default_factory=dict)
     what_ran: dict[str, Any] = field(default_factory=dict)
+    #: the MP2 pair energies from the pair sweep's amplitudes (``pair_energies=True``), else None
+    pair_energies: PairEnergies | None = None
+
+
+def sweep_gives_energies(device: Device, reference: str, c_os: float, c_ss: float, one_rank: bool) -> bool:
+    """Whether this run's gradient sweep can sum the MP2 pair energies itself (so that the energy needs no
+    pair step): one rank, a device that sums them in its sweep (:attr:`~mp2trn.devices.Device.sweep_energies`),
+    an RHF or UHF reference (ROHF's semicanonical pair step stays the energy's), and coefficients whose
+    strips meet every pair sum reported (:func:`mp2trn.grad.densities.gives_energies`)."""
+    nspins = 1 if reference == "RHF" else 2
+    return (one_rank and device.sweep_energies and reference in ("RHF", "UHF")
+            and densities.gives_energies(nspins, c_os, c_ss))
 
 
 def check_supported(mf) -> None:
@@ -77,7 +90,7 @@ def check_full_orbital_space(mf) -> None:
 def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = None, frozen: Frozen = None,
            c_os: float = 1.0, c_ss: float = 1.0, progress: Progress | None = None,
            derivatives: bool = True, comm: Comm | None = None, kept_b: KeptB | None = None,
-           reuse_scf_tensor: bool = True) -> GradientResult:
+           reuse_scf_tensor: bool = True, pair_energies: bool = False) -> GradientResult:
     """Analytic gradient of E_SCF + c_os·E_os + c_ss·E_ss (DF-MP2 with ``auxbasis``) for the converged
     density-fitted SCF ``mf``; the pair sweep runs on ``device`` within ``max_memory`` MB.
 
@@ -88,7 +101,9 @@ def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = 
     ``kept_b``: the energy's B and fitting integrals (:class:`mp2trn.transform.KeptB`), used instead of
     building them again when they were made for these orbitals; ``reuse_scf_tensor``: the response's MO
     blocks are made from the SCF's own JK-fit tensor where the SCF holds it whole in memory (False: built
-    anew, as a check). What-ran's ``gradient_reused`` says what was taken and what was built."""
+    anew, as a check). What-ran's ``gradient_reused`` says what was taken and what was built.
+    ``pair_energies``: the sweep also sums the MP2 pair energies (:func:`mp2trn.grad.densities.sweep`'s
+    ``energies``; where :func:`sweep_gives_energies` says it can), returned in ``pair_energies``."""
     check_supported(mf)
     if derivatives:
         check_full_orbital_space(mf)
@@ -97,11 +112,11 @@ def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = 
                          "gradients on --device cpu (fp64, fp32) or sim/neuron with --precision fp32")
     with one_blas_pool():
         return _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm or Comm(),
-                       kept_b, reuse_scf_tensor)
+                       kept_b, reuse_scf_tensor, pair_energies)
 
 
 def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm, kept_b,
-            reuse_scf_tensor) -> GradientResult:
+            reuse_scf_tensor, pair_energies=False) -> GradientResult:
     t_start = time.perf_counter()
     mol = mf.mol
     orbs = reference_orbitals(mf)     # ROHF: semicanonical orbitals per spin (stage 3 is then .rohf's)
@@ -145,7 +160,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         try:
             with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
                 dens = densities.sweep(b_store, spins, device, plan.strip_block, c_os, c_ss, gamma, progress, comm,
-                                       plan.pair_block)
+                                       plan.pair_block, energies=pair_energies)
         finally:
             device.release()
         timings["gradient_pairs"] = time.perf_counter() - t0
@@ -203,7 +218,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                 "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast),
                 "gradient_reused": reused}
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
-                          _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed, dm_hf), resp.iterations, timings, what_ran)
+                          _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed, dm_hf), resp.iterations, timings, what_ran,
+                          dens.energies)
 
 
 def channel_shape(ch: SpinOrbitals) -> ChannelShape:

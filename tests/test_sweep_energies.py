@@ -1,0 +1,106 @@
+"""Nothing formed twice: a gradient run's MP2 energy summed by the gradient's pair sweep from the amplitudes
+it forms anyway, instead of a pair step of the energy's own — the same energies as the energy run's pair
+step, and the pair step kept wherever the sweep cannot give every reported sum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mp2trn.devices import get_device
+from mp2trn.energy import pair_energies
+from mp2trn.grad import densities
+from mp2trn.options import RunOptions
+from mp2trn.orbitals import SpinOrbitals
+from mp2trn.pipeline import compute, open_device
+from mp2trn.transform import BStore
+
+WATER = "O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45"
+HYDROXYL = "O 0 0 0; H 0.1 0 1.05"
+DEFERRED = "summed by the gradient's pair sweep"
+
+
+def _run(atom: str, multiplicity: int, gradient: bool, keep: bool = False, **kw):
+    options = RunOptions.build(None, basis="cc-pvdz", multiplicity=multiplicity, gradient=gradient, conv_tol=1e-10,
+                               **kw)
+    with open_device(options) as device:
+        result, _ = compute(atom, options, device, keep_pair_energies=keep)
+    return result
+
+
+@pytest.mark.parametrize("atom, multiplicity, method, frozen", [
+    (WATER, 1, "mp2", "none"), (WATER, 1, "scs-mp2", "auto"), (HYDROXYL, 2, "mp2", "auto"),
+    (HYDROXYL, 2, "scs-mp2", "none")], ids=["rhf", "rhf-scs-frozen", "uhf-frozen", "uhf-scs"])
+def test_gradient_run_energies_from_the_sweep_equal_the_pair_step(atom, multiplicity, method, frozen):
+    """cpu fp64: the gradient run's energies (no pair step; summed by the sweep) equal the energy run's to
+    1e-12 Eh, the per-pair matrices too, and what-ran says where they came from."""
+    energy = _run(atom, multiplicity, False, keep=True, method=method, frozen=frozen)
+    grad = _run(atom, multiplicity, True, keep=True, method=method, frozen=frozen)
+    assert grad.what_ran["pair_energies"].startswith(DEFERRED) and "pair_energies" not in energy.what_ran
+    assert grad.what_ran["pair_blocks"] == 0 and energy.what_ran["pair_blocks"] > 0
+    for key, value in energy.energies().items():
+        assert abs(grad.energies()[key] - value) < 1e-12, key
+    assert abs(grad.e_corr_ss) > 1e-3 and abs(grad.e_corr_os) > 1e-3
+    assert len(grad.pair_energies) == len(energy.pair_energies)
+    for got, expected in zip(grad.pair_energies, energy.pair_energies):
+        assert np.max(np.abs(got - expected)) < 1e-13
+
+
+@pytest.mark.parametrize("method, multiplicity, kw", [("sos-mp2", 1, {}), ("sos-mp2", 2, {}),
+                                                       ("mp2", 1, {"precision": "fp32"})],
+                         ids=["rhf-sos", "uhf-sos", "fp32"])
+def test_pair_step_kept_where_the_sweep_cannot_sum_every_energy(method, multiplicity, kw):
+    """SOS-MP2 (no same-spin strips, or t̃ without τᵀ: no exchange sums) and the fp32 sweep (fp32 tiles) keep
+    the energy's pair step, and report what it gives."""
+    atom = WATER if multiplicity == 1 else HYDROXYL
+    grad = _run(atom, multiplicity, True, method=method, **kw)
+    energy = _run(atom, multiplicity, False, method=method, **kw)
+    assert "pair_energies" not in grad.what_ran and grad.what_ran["pair_blocks"] > 0
+    assert abs(grad.e_corr - energy.e_corr) < 1e-10
+
+
+def _spins(rng, nspins: int, nocc=(5, 4), nvir=(7, 8)) -> list[SpinOrbitals]:
+    out = []
+    for s in range(nspins):
+        e_occ = np.sort(rng.uniform(-2.0, -0.4, nocc[s]))
+        e_vir = np.sort(rng.uniform(0.2, 3.0, nvir[s]))
+        out.append(SpinOrbitals.from_active("" if nspins == 1 else ("alpha", "beta")[s], rng.normal(size=(12, nocc[s])), rng.normal(size=(12, nvir[s])),
+                                            e_occ, e_vir))
+    return out
+
+
+@pytest.mark.parametrize("nspins, c_os, c_ss", [(1, 1.0, 1.0), (1, 1.2, 1 / 3), (2, 1.0, 1.0), (2, 1.2, 1 / 3)],
+                         ids=["rhf", "rhf-scs", "uhf", "uhf-scs"])
+@pytest.mark.parametrize("strip, pair_block", [(0, 0), (2, 0), (2, 2)], ids=["whole", "strips", "pair-blocks"])
+def test_sweep_energies_equal_pair_energies(nspins, c_os, c_ss, strip, pair_block):
+    """The sweep's sums — whole strips, strips of two k, and B read as pairs of two-orbital blocks (each i
+    block met n − 1 times) — against the energy's pair step on the same B, to 1e-13 relative."""
+    rng = np.random.default_rng(11 + nspins)
+    spins = _spins(rng, nspins)
+    naux = 20
+    device = get_device("cpu")
+    with BStore(naux, spins, np.float64, True) as store, BStore(naux, spins, np.float64, True) as gamma:
+        for arr in store.arrays:
+            arr[...] = rng.normal(scale=0.3, size=arr.shape)
+        expected = pair_energies(store, spins, device, 3)
+        got = densities.sweep(store, spins, device, strip or max(s.nocc for s in spins), c_os, c_ss, gamma,
+                              pair_block=pair_block, energies=True).energies
+    scale = abs(expected.e_os) + abs(expected.e_ss)
+    assert abs(got.e_os - expected.e_os) < 1e-13 * scale and abs(got.e_ss - expected.e_ss) < 1e-13 * scale
+    for a, b in zip(got.pair_os + got.pair_ss, expected.pair_os + expected.pair_ss):
+        assert np.max(np.abs(a - b)) < 1e-13 * scale
+
+
+def test_sweep_refuses_energies_it_cannot_sum():
+    """Asked for energies the strips cannot give (SOS: no same-spin exchange sums) or on a device whose sweep
+    does not sum them, the sweep says so instead of returning partial sums."""
+    rng = np.random.default_rng(5)
+    spins = _spins(rng, 1)
+    with BStore(10, spins, np.float64, True) as store, BStore(10, spins, np.float64, True) as gamma:
+        store.arrays[0][...] = rng.normal(size=store.arrays[0].shape)
+        with pytest.raises(ValueError, match="pair energies"):
+            densities.sweep(store, spins, get_device("cpu"), 5, 1.3, 0.0, gamma, energies=True)
+        fp32 = get_device("cpu", precision="fp32")
+        assert not fp32.sweep_energies and get_device("cpu").sweep_energies
+        with pytest.raises(ValueError, match="pair energies"):
+            densities.sweep(store, spins, fp32, 5, 1.0, 1.0, gamma, energies=True)
