@@ -27,7 +27,7 @@ from ..scratch import check_stopped
 from ..threads import one_blas_pool
 from ..transform import BStore, scratch_writes
 from ..orbitals import SpinOrbitals
-from .ri import _per_atom, contract_3c_derivatives, derivative_buffers, metric_gradient
+from .ri import _per_atom, contract_3c_derivatives, metric_gradient
 
 
 def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,
@@ -110,16 +110,12 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
         per_ao = np.zeros((nao, 3))
         per_aux = np.zeros((naux, 3))
         dz = np.stack([_sym(d_tot).ravel(), _sym(z_tot).ravel()])         # (2, nao²): g + gᵀ's D and Z parts
-        mine = blocks[comm.rank :: comm.size]
-        # the AO densities and the derivative integrals: one buffer each for every block (ri.derivative_buffers)
-        sym_buf, ip_buf = (derivative_buffers(loc, mine, nao, n) for n in (1, 3)) if mine else (None, None)
-        for s0, s1 in mine:
+        for s0, s1 in blocks[comm.rank :: comm.size]:
             p0, p1 = int(loc[s0]), int(loc[s1])
             # g_P = a_P D + b_P Z − 2 Σ_σ w_σ c_Pᵀ C_oᵀ, symmetrised: D and Z are, so their part is a rank-2
             # GEMM written in place (no broadcast temporaries), and each channel's product added with its
             # transpose
-            sym = sym_buf[: (p1 - p0) * nao * nao].reshape(p1 - p0, nao, nao)
-            np.matmul(np.stack([2.0 * a[p0:p1], 2.0 * b[p0:p1]], axis=1), dz, out=sym.reshape(p1 - p0, -1))
+            sym = np.matmul(np.stack([2.0 * a[p0:p1], 2.0 * b[p0:p1]], axis=1), dz).reshape(p1 - p0, nao, nao)
             for ch, arr, o in zip(chans, half.arrays, occ):
                 c = np.asarray(arr[p0:p1]).reshape(p1 - p0, o.shape[1], nao)
                 m = np.matmul(c.transpose(0, 2, 1), -2.0 * ch.weight * o.T)          # −2w Σ_i c_P,iμ C_λi
@@ -127,8 +123,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
                 sym += m
                 sym += m.transpose(0, 2, 1)
                 del m
-            contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), sym, per_ao, per_aux[p0:p1],
-                                    out=ip_buf)
+            contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), sym, per_ao, per_aux[p0:p1])
             del sym
             check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")

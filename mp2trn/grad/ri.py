@@ -25,7 +25,6 @@ from pyscf import gto
 from ..devices import Device
 from ..devices.cpu import CpuDevice
 from ..df import DFIntegrals, _shell_ranges, unpacked_integrals
-from ..memory import prefaulted_empty
 from ..scratch import check_stopped
 from ..transform import BStore
 from ..orbitals import SpinOrbitals
@@ -79,7 +78,7 @@ def _per_atom(mol: gto.Mole, natm: int, per_function: np.ndarray) -> np.ndarray:
 
 
 def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao: np.ndarray,
-                            per_aux: np.ndarray, out: np.ndarray | None = None) -> None:
+                            per_aux: np.ndarray) -> None:
     """Add Σ_Pμν g[P, μ, ν] (μν|P)^R, split by the function carrying the derivative: orbital functions into
     ``per_ao`` (nao, 3), the block's fitting functions into ``per_aux`` (p, 3).
 
@@ -89,12 +88,9 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao
     computed: translational invariance of each integral, ∇_μ + ∇_ν + ∇_P = 0, makes it
     −(ip1[μ,ν,P] + ip1[ν,μ,P]), so one product of ip1 with the symmetrised g gives both sums (and half the
     derivative integrals). The row and column dot products (memory-bound) run on two threads, each over
-    half of the block's fitting functions. ``out``: a buffer of at least 3·p·nao² fp64 for the integrals,
-    reused from block to block (:func:`derivative_buffers`; a fresh array's first touch costs a tenth of
-    libcint's time on a VM)."""
+    half of the block's fitting functions."""
     p, nao = sym.shape[0], sym.shape[1]
-    ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls,
-                    out=None if out is None else out.reshape(-1)[: 3 * p * nao * nao]).transpose(0, 3, 2, 1)
+    ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
     edges = [0, p // 2, p] if p > 1 else [0, p]
     parts = np.zeros((len(edges) - 1, nao, 3))
 
@@ -110,14 +106,6 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao
         for _ in pool.map(part, range(len(edges) - 1)):
             pass
     per_ao += parts.sum(axis=0)
-
-
-def derivative_buffers(loc: np.ndarray, blocks: list[tuple[int, int]], nao: int, squares: int) -> np.ndarray:
-    """One buffer of ``squares`` nao² fp64 per fitting function of the largest of ``blocks`` (shell ranges
-    over ``loc``), faulted in once and reused by every block of a derivative pass (the per-block arrays it
-    replaces were as large: the plan's count per function is unchanged)."""
-    rows = max(int(loc[b] - loc[a]) for a, b in blocks)
-    return prefaulted_empty((squares * rows * nao * nao,))
 
 
 def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_block: int,
@@ -136,21 +124,14 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     xs = [np.zeros((ch.nmo, ch.nmo)) for ch in channels]
     per_ao = np.zeros((nao, 3))          # Σ over ν, P of ip1 · (Γ + Γᵀ), by the function μ
     per_aux = np.zeros((dfi.naux, 3))     # Σ over μ, ν of ip2 · Γ, by the fitting function P
-    blocks = list(_shell_ranges(loc, aux_block))
-    # the integrals, the symmetrised 2PDM and the derivative integrals: one buffer each, for every block
-    ao_buf = derivative_buffers(loc, blocks, nao, 1)
-    sym_buf = derivative_buffers(loc, blocks, nao, 1) if derivatives else None
-    ip_buf = derivative_buffers(loc, blocks, nao, 3) if derivatives else None
-    for s0, s1 in blocks:
+    for s0, s1 in _shell_ranges(loc, aux_block):
         p0, p1 = int(loc[s0]), int(loc[s1])
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
-        ao = unpacked_integrals(pmol, nbas, s0, s1, out=ao_buf)           # (p, nao, nao) (symmetric in μν)
+        ao = unpacked_integrals(pmol, nbas, s0, s1)                        # (p, nao, nao) (symmetric in μν)
         p = p1 - p0
         # ((P, ν), μ) = (P|νμ) = (P|μν): its transpose is the (μ, (P, ν)) operand, a view (no copy)
         ao_flat = ao.reshape(p * nao, nao)
-        # Σ_ch w (Γ^P_μν + Γ^P_νμ), its first channel written, the others added
-        sym = sym_buf[: p * nao * nao].reshape(p, nao, nao) if derivatives else None
-        first = True
+        sym = np.zeros((p, nao, nao)) if derivatives else None       # Σ_ch w (Γ^P_μν + Γ^P_νμ)
         for ch, x, g_store, c_o_kept in zip(channels, xs, gamma.arrays, occupied or [None] * len(channels)):
             g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p, ch.nact, ch.nvir)
             c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
@@ -165,17 +146,13 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
                 back = device.response_gemm(c_o_kept, rows, "grad_gamma").reshape(nao, p, nao)
                 if ch.weight != 1.0:
                     back *= ch.weight
-                if first:
-                    np.add(back.transpose(1, 0, 2), back.transpose(1, 2, 0), out=sym)
-                    first = False
-                else:
-                    sym += back.transpose(1, 0, 2)
-                    sym += back.transpose(1, 2, 0)
+                sym += back.transpose(1, 0, 2)
+                sym += back.transpose(1, 2, 0)
                 del back
         del ao, ao_flat
         if not derivatives:
             continue
-        contract_3c_derivatives(pmol, shls, sym, per_ao, per_aux[p0:p1], out=ip_buf)
+        contract_3c_derivatives(pmol, shls, sym, per_ao, per_aux[p0:p1])
         del sym
         check_stopped()
     if not derivatives:
