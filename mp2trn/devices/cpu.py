@@ -310,27 +310,12 @@ class CpuDevice(Device):
         k, m = a_t.shape
         if b.shape[1] < m and k >= _LONG_INNER * m:
             # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result; OpenBLAS runs
-            # them 1.2-1.4x faster as (bᵀ a_t)ᵀ (scripts/bench_zvector.py --gemms), and faster still with the
-            # rows split over the cores, each core's (bᵀ a_t) on one BLAS thread, added in part order: its
-            # pool splits the small result instead (B^Q_vv's product on the 2-core EPYC: 71 → 85 GFLOP/s)
-            out = np.ascontiguousarray(self._split_inner(a_t, b).T)
+            # them 1.2-1.4x faster as (bᵀ a_t)ᵀ (scripts/bench_zvector.py --gemms)
+            out = np.ascontiguousarray((b.T @ a_t).T)
         else:
             out = a_t.T @ b
         self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
-
-    def _split_inner(self, a_t: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """bᵀ a_t (N, M) with the K rows of both split over the cores (:meth:`_over_cores`, ranges of
-        :data:`_INNER_ROWS` rows), the parts' sums added in part order (the same result every run)."""
-        k = a_t.shape[0]
-        sums: dict[int, np.ndarray] = {}
-
-        def run(part: int, i0: int, i1: int) -> None:
-            r0, r1 = i0 * _INNER_ROWS, min(k, i1 * _INNER_ROWS)
-            sums[part] = b[r0:r1].T @ a_t[r0:r1]
-
-        self._over_cores(np.ones(-(-k // _INNER_ROWS)), run)
-        return sum(sums[p] for p in sorted(sums))
 
     def response_blocks(self, rows, cs):
         t0 = time.perf_counter()
@@ -342,28 +327,21 @@ class CpuDevice(Device):
 
     def response_grouped(self, a_t, b, width, stage="zvector"):
         t0 = time.perf_counter()
-        a_t = np.asarray(a_t)
         k, m = a_t.shape
-        groups = np.shape(b)[1] // width
-        out = np.empty((groups, m, width))
-        b3 = np.asarray(b).reshape(k, groups, width)
-        step = max(1, int(_GROUPED_CHUNK_BYTES // (8 * m * width)))
-        starts = range(0, groups, step)
-
-        # chunks of groups over the cores (each chunk's result written in place, disjoint rows): a small
-        # a_t (M^Q: nvir × nocc) as one GEMM over the chunk's groups, its (m, groups, width) result copied
-        # into the row blocks (1.9x the batched form's rate); the batched form for k ≤ m (Y^Q: nocc × nvir),
-        # where the copy costs more than it saves
-        def run(_part: int, c0: int, c1: int) -> None:
-            for g0 in starts[c0:c1]:
+        if k > m:
+            # a small a_t (M^Q: nvir × nocc) against every group: one GEMM over a chunk of groups, then its
+            # (m, groups, width) result copied into the row blocks, 1.9x the batched form's rate; the batched
+            # one stays for k ≤ m (Y^Q: nocc × nvir), where the copy costs more than it saves
+            groups = np.shape(b)[1] // width
+            out = np.empty((groups, m, width))
+            b3 = np.asarray(b).reshape(k, groups, width)
+            step = max(1, int(_GROUPED_CHUNK_BYTES // (8 * m * width)))
+            for g0 in range(0, groups, step):
                 g1 = min(groups, g0 + step)
-                if k > m:
-                    out[g0:g1] = (a_t.T @ b3[:, g0:g1].reshape(k, -1)).reshape(m, g1 - g0, width).transpose(1, 0, 2)
-                else:
-                    out[g0:g1] = np.matmul(a_t.T, b3[:, g0:g1].transpose(1, 0, 2))
-
-        self._over_cores(np.ones(len(starts)), run)
-        out = out.reshape(groups * m, width)
+                out[g0:g1] = (a_t.T @ b3[:, g0:g1].reshape(k, -1)).reshape(m, g1 - g0, width).transpose(1, 0, 2)
+            out = out.reshape(groups * m, width)
+        else:
+            out = super().response_grouped(a_t, b, width, stage)
         self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * a_t.shape[0])
         return out
 
@@ -606,8 +584,6 @@ class CpuDevice(Device):
 _SWEEP_COLUMNS = 2
 #: an inner dimension this many times the result's rows: :meth:`CpuDevice.response_gemm` computes (bᵀ a_t)ᵀ
 _LONG_INNER = 64
-#: rows per unit of work when a long-inner product is split over the cores (:meth:`CpuDevice._split_inner`)
-_INNER_ROWS = 4096
 #: bytes of one chunk of a grouped product's result (a few MB: the copy into row blocks reads it from cache)
 _GROUPED_CHUNK_BYTES = 4e6
 #: tensor rows unpacked and/or converted at a time (as fp64): a few MB, so that they are still in cache
