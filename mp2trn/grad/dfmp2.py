@@ -61,11 +61,11 @@ class GradientResult:
 def sweep_gives_energies(device: Device, reference: str, c_os: float, c_ss: float, one_rank: bool) -> bool:
     """Whether this run's gradient sweep can sum the MP2 pair energies itself (so that the energy needs no
     pair step): one rank, a device that sums them in its sweep (:attr:`~mp2trn.devices.Device.sweep_energies`),
-    an RHF or UHF reference (ROHF's semicanonical pair step stays the energy's), and coefficients whose
-    strips meet every pair sum reported (:func:`mp2trn.grad.densities.gives_energies`)."""
+    and coefficients whose strips meet every pair sum reported (:func:`mp2trn.grad.densities.gives_energies`).
+    ROHF sweeps the semicanonical channels its energy's UHF pair step runs on (its singles energy is the
+    energy's own either way)."""
     nspins = 1 if reference == "RHF" else 2
-    return (one_rank and device.sweep_energies and reference in ("RHF", "UHF")
-            and densities.gives_energies(nspins, c_os, c_ss))
+    return one_rank and device.sweep_energies and densities.gives_energies(nspins, c_os, c_ss)
 
 
 def check_supported(mf) -> None:
