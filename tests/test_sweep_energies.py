@@ -109,3 +109,25 @@ def test_sweep_refuses_energies_it_cannot_sum():
         assert not fp32.sweep_energies and get_device("cpu").sweep_energies
         with pytest.raises(ValueError, match="pair energies"):
             densities.sweep(store, spins, fp32, 5, 1.0, 1.0, gamma, energies=True)
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_torch_sweep_energies_equal_its_pair_step(precision):
+    """The cuda device's sweep (torch; here on the CPU) sums its pair energies as its pair step does
+    (products in the compute dtype, sums in fp64): the same E_os and E_ss to 1e-12 (fp64) or fp32 rounding."""
+    pytest.importorskip("torch")
+    from mp2trn.devices.torch_backend import TorchDevice
+
+    rng = np.random.default_rng(23)
+    spins = _spins(rng, 2)
+    device = TorchDevice(precision=precision, torch_device="cpu")
+    assert device.sweep_energies
+    dtype = np.float64 if precision == "fp64" else np.float32
+    with BStore(16, spins, dtype, True) as store, BStore(16, spins, np.float64, True) as gamma:
+        for arr in store.arrays:
+            arr[...] = rng.normal(scale=0.3, size=arr.shape)
+        expected = pair_energies(store, spins, device, 3)
+        got = densities.sweep(store, spins, device, 2, 1.2, 1 / 3, gamma, energies=True).energies
+    tol = 1e-12 if precision == "fp64" else 1e-6
+    scale = abs(expected.e_os) + abs(expected.e_ss)
+    assert abs(got.e_os - expected.e_os) < tol * scale and abs(got.e_ss - expected.e_ss) < tol * scale

@@ -226,10 +226,10 @@ class TorchDevice(Device):
 
     # -- the gradient's pair step: the cpu device's per-k GEMMs, on the torch device ------------------------
     has_pair_densities = True
+    #: each pair's energy sums in fp64 from the compute dtype's products, as :meth:`pair_energies` sums them
+    sweep_energies = True
 
     def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies=False):
-        if energies:
-            raise ValueError(f"device {self.name!r} does not sum pair energies in its pair sweep (sweep_energies)")
         torch = self.torch
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]
@@ -241,13 +241,20 @@ class TorchDevice(Device):
         gamma = torch.empty((naux, nk, nvb), **f64)
         p_occ, p_vir_all = torch.zeros((ni, ni), **f64), torch.zeros((nva, nva), **f64)
         p_vir_k = torch.zeros((nvb, nvb), **f64) if vir_k else None
+        pair_os, pair_scaled = (torch.zeros((ni, nk), **f64), torch.zeros((ni, nk), **f64)) if energies else (None, None)
         for k in range(nk):
-            tau = (x_all.T @ x_k[:, k, :]).reshape(ni, nva, nvb) / (denom + e_k_t[k])
+            raw = (x_all.T @ x_k[:, k, :]).reshape(ni, nva, nvb)           # T_ik^ab
+            tau = raw / (denom + e_k_t[k])
             tt = c_direct * tau - c_exch * tau.transpose(1, 2) if c_exch else c_direct * tau
+            if energies:
+                pair_os[:, k] = (raw * tau).sum(dim=(1, 2), dtype=torch.float64)
+                pair_scaled[:, k] = (raw * tt).sum(dim=(1, 2), dtype=torch.float64)
+            del raw
             gamma[:, k, :] = (x_all @ tt.reshape(ni * nva, nvb)).to(torch.float64)
             p_occ += (tau.reshape(ni, -1) @ tt.reshape(ni, -1).T).to(torch.float64)
             p_vir_all += torch.einsum("iab,icb->ac", tau, tt).to(torch.float64)
             if vir_k:
                 p_vir_k += (tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)).to(torch.float64)
         return PairDensities(gamma.cpu().numpy(), p_occ.cpu().numpy(), p_vir_all.cpu().numpy(),
-                             None if p_vir_k is None else p_vir_k.cpu().numpy())
+                             None if p_vir_k is None else p_vir_k.cpu().numpy(),
+                             *((pair_os.cpu().numpy(), pair_scaled.cpu().numpy()) if energies else ()))
