@@ -219,6 +219,8 @@ def what_ran_table(result: MP2Result) -> Table:
                       f"derivative integrals {w.get('derivative_integrals')}")
         if w.get("gradient_memory"):
             table.add_row("gradient memory", gradient_memory_summary(w["gradient_memory"]))
+    if w.get("pair_energies"):
+        table.add_row("pair energies", w["pair_energies"])
     return table
 
 
