@@ -51,17 +51,30 @@ def test_gradient_run_energies_from_the_sweep_equal_the_pair_step(atom, multipli
         assert np.max(np.abs(got - expected)) < 1e-13
 
 
-@pytest.mark.parametrize("method, multiplicity, kw", [("sos-mp2", 1, {}), ("sos-mp2", 2, {}),
-                                                       ("mp2", 1, {"precision": "fp32"})],
-                         ids=["rhf-sos", "uhf-sos", "fp32"])
-def test_pair_step_kept_where_the_sweep_cannot_sum_every_energy(method, multiplicity, kw):
-    """SOS-MP2 (no same-spin strips, or t̃ without τᵀ: no exchange sums) and the fp32 sweep (fp32 tiles) keep
-    the energy's pair step, and report what it gives."""
+@pytest.mark.parametrize("method, multiplicity", [("sos-mp2", 1), ("sos-mp2", 2)], ids=["rhf-sos", "uhf-sos"])
+def test_pair_step_kept_where_the_sweep_cannot_sum_every_energy(method, multiplicity):
+    """SOS-MP2 (no same-spin strips, or t̃ without τᵀ: no exchange sums) keeps the energy's pair step, and
+    reports what it gives."""
     atom = WATER if multiplicity == 1 else HYDROXYL
-    grad = _run(atom, multiplicity, True, method=method, **kw)
-    energy = _run(atom, multiplicity, False, method=method, **kw)
+    grad = _run(atom, multiplicity, True, method=method)
+    energy = _run(atom, multiplicity, False, method=method)
     assert "pair_energies" not in grad.what_ran and grad.what_ran["pair_blocks"] > 0
     assert abs(grad.e_corr - energy.e_corr) < 1e-10
+
+
+@pytest.mark.parametrize("multiplicity", [1, 2], ids=["rhf", "uhf"])
+def test_fp32_gradient_run_energies_from_the_sweep(multiplicity):
+    """cpu fp32: the sweep's fp32 tiles summed in fp64, as the pair step sums its own: the gradient run's
+    energies within fp32 rounding of the fp32 energy run's (1e-8 Eh; the fp32 mode's bound against fp64 is
+    1 µEh), and of the fp64 run's within that bound."""
+    atom = WATER if multiplicity == 1 else HYDROXYL
+    grad = _run(atom, multiplicity, True, precision="fp32")
+    energy = _run(atom, multiplicity, False, precision="fp32")
+    exact = _run(atom, multiplicity, False)
+    assert grad.what_ran["pair_energies"].startswith(DEFERRED)
+    for part in ("e_corr_os", "e_corr_ss"):
+        assert abs(getattr(grad, part) - getattr(energy, part)) < 1e-8, part
+        assert abs(getattr(grad, part) - getattr(exact, part)) < 1e-6, part
 
 
 def _spins(rng, nspins: int, nocc=(5, 4), nvir=(7, 8)) -> list[SpinOrbitals]:
@@ -98,17 +111,18 @@ def test_sweep_energies_equal_pair_energies(nspins, c_os, c_ss, strip, pair_bloc
 
 def test_sweep_refuses_energies_it_cannot_sum():
     """Asked for energies the strips cannot give (SOS: no same-spin exchange sums) or on a device whose sweep
-    does not sum them, the sweep says so instead of returning partial sums."""
+    does not sum them (sim: the mp2_density kernel returns no pair sums), the sweep says so instead of
+    returning partial sums."""
     rng = np.random.default_rng(5)
     spins = _spins(rng, 1)
     with BStore(10, spins, np.float64, True) as store, BStore(10, spins, np.float64, True) as gamma:
         store.arrays[0][...] = rng.normal(size=store.arrays[0].shape)
         with pytest.raises(ValueError, match="pair energies"):
             densities.sweep(store, spins, get_device("cpu"), 5, 1.3, 0.0, gamma, energies=True)
-        fp32 = get_device("cpu", precision="fp32")
-        assert not fp32.sweep_energies and get_device("cpu").sweep_energies
+        sim = get_device("sim", precision="fp32")
+        assert not sim.sweep_energies and get_device("cpu", precision="fp32").sweep_energies
         with pytest.raises(ValueError, match="pair energies"):
-            densities.sweep(store, spins, fp32, 5, 1.0, 1.0, gamma, energies=True)
+            densities.sweep(store, spins, sim, 5, 1.0, 1.0, gamma, energies=True)
 
 
 @pytest.mark.parametrize("precision", ["fp64", "fp32"])

@@ -223,14 +223,10 @@ class CpuDevice(Device):
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True
 
-    @property
-    def sweep_energies(self) -> bool:
-        """fp64 only: the fp32 sweep's tiles would be summed in fp32, where the pair step sums in fp64."""
-        return self.precision == "fp64"
+    #: each pair's sums in fp64 (fp32 tiles too, as :meth:`pair_energies` sums them)
+    sweep_energies = True
 
     def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies=False):
-        if energies and not self.sweep_energies:
-            raise ValueError(f"the {self.precision} cpu pair sweep does not sum pair energies (sweep_energies)")
         t0 = time.perf_counter()
         out = self._pair_densities(b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies)
         naux, ni, nva = b_all.shape
@@ -244,6 +240,7 @@ class CpuDevice(Device):
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]
         dt = np.dtype(self._dtype).type
+        acc = None if dt is np.float64 else np.float64              # the pair sums' dtype
         x_all = _as_matrix(b_all, dt)                               # (naux, ni·nva)
         b_k = np.asarray(b_k, dtype=dt)
         denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(dt)
@@ -288,8 +285,8 @@ class CpuDevice(Device):
                             np.add(denom[i], dt(e_k[k0 + j]), out=w)
                             np.multiply(w, t, out=w)
                             # einsum reads the strided tiles where they lie (vdot would copy them)
-                            pair_os[i, k0 + j] = np.einsum("ab,ab->", w, t)
-                            pair_scaled[i, k0 + j] = np.einsum("ab,ab->", w, out)
+                            pair_os[i, k0 + j] = np.einsum("ab,ab->", w, t, dtype=acc)
+                            pair_scaled[i, k0 + j] = np.einsum("ab,ab->", w, out, dtype=acc)
                     if vir_k:
                         p_vir_k += tau[:, :, cols].reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
                 gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
