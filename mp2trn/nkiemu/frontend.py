@@ -41,10 +41,15 @@ _checked: dict = {}
 
 
 def check_kernel(func) -> None:
-    """Raise NkiRuleError for the first unsupported construct in ``func`` or a helper it calls (cached)."""
-    key = getattr(func, "__code__", None)
-    if key is None:
+    """Raise NkiRuleError for the first unsupported construct in ``func`` or a helper it calls (cached per
+    code object and the code of the functions its closure holds: one kernel body made by a factory calls
+    different helpers per instance, and each such instance is checked)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
         return
+    cells = getattr(func, "__closure__", None) or ()
+    key = (code, tuple(c.cell_contents.__code__ for c in cells
+                       if _has_contents(c) and isinstance(c.cell_contents, types.FunctionType)))
     if key in _checked:
         if _checked[key] is not None:
             raise _checked[key]
@@ -62,7 +67,11 @@ def _source(func):
         lines, first = inspect.getsourcelines(func)
     except (OSError, TypeError):
         return None, None, 0  # no source (built in, generated): nothing to check
-    tree = ast.parse(textwrap.dedent("".join(lines)))
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        # a lambda's lines are those of the statement around it, which need not parse alone: unchecked
+        return None, None, 0
     return tree, inspect.getsourcefile(func) or "<kernel>", first - 1
 
 

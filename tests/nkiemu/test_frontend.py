@@ -125,3 +125,31 @@ def test_our_kernels_pass_the_front_end(module):
     assert kernels
     for k in kernels:
         check_kernel(k.func)   # raises on any `is`, local import, slice object or `*` in what it inlines
+
+
+def _helper_plain(x, out):
+    _copy(x, out)
+
+
+def _helper_with_is(x, out):
+    if out is not None:
+        _copy(x, out)
+
+
+def _kernel_calling(helper):
+    """One kernel body (one code object) per factory call, calling the helper its closure holds."""
+    def kernel(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        helper(x, out)
+        return out
+    return kernel
+
+
+def test_each_closure_instance_is_checked():
+    """The front end's cache tells kernels of one code object apart by the helpers their closures hold:
+    an instance calling a helper with `is` is rejected even after a clean instance passed (before, the
+    first instance's verdict stood for every later one)."""
+    check_kernel(_kernel_calling(_helper_plain))
+    with pytest.raises(NkiRuleError, match="frontend.is_operator"):
+        check_kernel(_kernel_calling(_helper_with_is))
+    check_kernel(_kernel_calling(_helper_plain))
