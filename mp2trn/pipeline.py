@@ -267,7 +267,7 @@ def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, h
     if result.cost:
         add_run_summary(result.cost, record, timings)
     check_stopped()
-    if not deferred:
+    if not deferred:     # else after the gradient's sweep has summed them (a degenerate run fails later)
         check_finite(result)
     notes = result.notes + stage.notes + molecule.basis_notes()
     parallel = None

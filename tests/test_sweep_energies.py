@@ -93,20 +93,35 @@ def _spins(rng, nspins: int, nocc=(5, 4), nvir=(7, 8)) -> list[SpinOrbitals]:
 def test_sweep_energies_equal_pair_energies(nspins, c_os, c_ss, strip, pair_block):
     """The sweep's sums — whole strips, strips of two k, and B read as pairs of two-orbital blocks (each i
     block met n − 1 times) — against the energy's pair step on the same B, to 1e-13 relative."""
+    _compare_sums(nspins, c_os, c_ss, strip, pair_block, "fp64", 1e-13)
+
+
+@pytest.mark.parametrize("nspins, c_os, c_ss", [(1, 1.0, 1.0), (1, 1.2, 1 / 3), (1, 1.0, 0.01), (2, 1.2, 1 / 3)],
+                         ids=["rhf", "rhf-scs", "rhf-small-ss", "uhf-scs"])
+def test_fp32_sweep_energies_equal_pair_energies(nspins, c_os, c_ss):
+    """fp32 tiles: the sweep's fp64 sums of T·τ and T·τᵀ within fp32 rounding (3e-7 relative) of the fp32
+    pair step's, whatever the SCS coefficients (x is summed itself, not recovered from a difference that
+    magnifies the rounding by c_direct/c_exch)."""
+    _compare_sums(nspins, c_os, c_ss, 0, 0, "fp32", 3e-7)
+
+
+def _compare_sums(nspins, c_os, c_ss, strip, pair_block, precision, tol):
     rng = np.random.default_rng(11 + nspins)
     spins = _spins(rng, nspins)
     naux = 20
-    device = get_device("cpu")
-    with BStore(naux, spins, np.float64, True) as store, BStore(naux, spins, np.float64, True) as gamma:
+    device = get_device("cpu", precision=precision)
+    dtype = np.float64 if precision == "fp64" else np.float32
+    with BStore(naux, spins, dtype, True) as store, BStore(naux, spins, np.float64, True) as gamma:
         for arr in store.arrays:
             arr[...] = rng.normal(scale=0.3, size=arr.shape)
         expected = pair_energies(store, spins, device, 3)
         got = densities.sweep(store, spins, device, strip or max(s.nocc for s in spins), c_os, c_ss, gamma,
                               pair_block=pair_block, energies=True).energies
     scale = abs(expected.e_os) + abs(expected.e_ss)
-    assert abs(got.e_os - expected.e_os) < 1e-13 * scale and abs(got.e_ss - expected.e_ss) < 1e-13 * scale
+    assert abs(got.e_os - expected.e_os) < tol * abs(expected.e_os)
+    assert abs(got.e_ss - expected.e_ss) < tol * abs(expected.e_ss)
     for a, b in zip(got.pair_os + got.pair_ss, expected.pair_os + expected.pair_ss):
-        assert np.max(np.abs(a - b)) < 1e-13 * scale
+        assert np.max(np.abs(a - b)) < tol * scale
 
 
 def test_sweep_refuses_energies_it_cannot_sum():

@@ -30,8 +30,8 @@ class PairDensities(NamedTuple):
     p_vir_k: np.ndarray | None     #: (nvb, nvb): Σ_ika τ_ik^ab t̃_ik^ab' (when asked)
     #: (ni, nk): Σ_ab T_ik^ab τ_ik^ab, the pair's os sum of :meth:`Device.pair_energies` (with ``energies``)
     pair_os: np.ndarray | None = None
-    #: (ni, nk): Σ_ab T_ik^ab t̃_ik^ab, the pair's share of the scaled correlation energy (with ``energies``)
-    pair_scaled: np.ndarray | None = None
+    #: (ni, nk): Σ_ab T_ik^ab τ_ik^ba, :meth:`Device.pair_energies`' x (with ``energies`` and c_exch ≠ 0)
+    pair_x: np.ndarray | None = None
 
 
 def root_array(a: np.ndarray) -> np.ndarray:
@@ -184,9 +184,9 @@ class Device(ABC):
         t̃_ik^ab = c_direct·τ_ik^ab − c_exch·τ_ik^ba (c_exch ≠ 0 only when nva == nvb, same spin):
           gamma_k[Q, k, b] = Σ_ia t̃_ik^ab B_Q,ia          p_occ[i, i'] = Σ_kab τ_ik^ab t̃_i'k^ab
           p_vir_all[a, a'] = Σ_ikb τ_ik^ab t̃_ik^a'b        p_vir_k[b, b'] = Σ_ika τ_ik^ab t̃_ik^ab' (vir_k)
-        With ``energies`` (only where :attr:`sweep_energies`), per pair with T_ik^ab = Σ_Q B_Q,ia B_Q,kb:
-          pair_os[i, k] = Σ_ab T_ik^ab τ_ik^ab             pair_scaled[i, k] = Σ_ab T_ik^ab t̃_ik^ab
-        (fp64 sums: the first is :meth:`pair_energies`' os, the second c_direct·os − c_exch·x).
+        With ``energies`` (only where :attr:`sweep_energies`), per pair with T_ik^ab = Σ_Q B_Q,ia B_Q,kb, fp64
+        sums, :meth:`pair_energies`' os and x:
+          pair_os[i, k] = Σ_ab T_ik^ab τ_ik^ab             pair_x[i, k] = Σ_ab T_ik^ab τ_ik^ba (c_exch ≠ 0)
         """
         raise NotImplementedError(f"device {self.name!r} has no gradient pair step")
 

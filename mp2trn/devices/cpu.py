@@ -247,7 +247,8 @@ class CpuDevice(Device):
         gamma = np.empty((naux, nk, nvb))
         sums: dict[int, list] = {}
         # each part writes its own k columns of these
-        pair_os, pair_scaled = (np.zeros((ni, nk)), np.zeros((ni, nk))) if energies else (None, None)
+        pair_os = np.zeros((ni, nk)) if energies else None
+        pair_x = np.zeros((ni, nk)) if energies and c_exch else None
 
         # On two cores the strip's k split over them (:meth:`_over_cores`, one BLAS thread each, one k at a
         # time), so that one core's elementwise work runs beside the other's GEMMs; else one part, NumPy's
@@ -284,9 +285,11 @@ class CpuDevice(Device):
                         if energies:                                # T = τ·D again (w was _exchanged's work)
                             np.add(denom[i], dt(e_k[k0 + j]), out=w)
                             np.multiply(w, t, out=w)
-                            # einsum reads the strided tiles where they lie (vdot would copy them)
+                            # einsum reads the strided tiles where they lie (vdot would copy them); x summed
+                            # itself, not recovered from Σ T·t̃ (a difference that magnifies fp32 rounding)
                             pair_os[i, k0 + j] = np.einsum("ab,ab->", w, t, dtype=acc)
-                            pair_scaled[i, k0 + j] = np.einsum("ab,ab->", w, out, dtype=acc)
+                            if pair_x is not None:
+                                pair_x[i, k0 + j] = np.einsum("ab,ba->", w, t, dtype=acc)
                     if vir_k:
                         p_vir_k += tau[:, :, cols].reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
                 gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
@@ -298,7 +301,7 @@ class CpuDevice(Device):
         # summed in part order (the parts finish in any order): the same result every run
         p_occ, p_vir_all, p_vir_k = (None if sums[0][x] is None else sum(sums[k][x] for k in sorted(sums))
                                      for x in range(3))
-        return PairDensities(gamma, p_occ, p_vir_all, p_vir_k, pair_os, pair_scaled)
+        return PairDensities(gamma, p_occ, p_vir_all, p_vir_k, pair_os, pair_x)
 
     # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------
     def response_gemm(self, a_t, b, stage="zvector"):

@@ -241,15 +241,19 @@ class TorchDevice(Device):
         gamma = torch.empty((naux, nk, nvb), **f64)
         p_occ, p_vir_all = torch.zeros((ni, ni), **f64), torch.zeros((nva, nva), **f64)
         p_vir_k = torch.zeros((nvb, nvb), **f64) if vir_k else None
-        pair_os, pair_scaled = (torch.zeros((ni, nk), **f64), torch.zeros((ni, nk), **f64)) if energies else (None, None)
+        pair_os = torch.zeros((ni, nk), **f64) if energies else None
+        pair_x = torch.zeros((ni, nk), **f64) if energies and c_exch else None
         for k in range(nk):
-            raw = (x_all.T @ x_k[:, k, :]).reshape(ni, nva, nvb)           # T_ik^ab
-            tau = raw / (denom + e_k_t[k])
-            tt = c_direct * tau - c_exch * tau.transpose(1, 2) if c_exch else c_direct * tau
-            if energies:
+            if energies:    # T kept beside τ only for the sums
+                raw = (x_all.T @ x_k[:, k, :]).reshape(ni, nva, nvb)       # T_ik^ab
+                tau = raw / (denom + e_k_t[k])
                 pair_os[:, k] = (raw * tau).sum(dim=(1, 2), dtype=torch.float64)
-                pair_scaled[:, k] = (raw * tt).sum(dim=(1, 2), dtype=torch.float64)
-            del raw
+                if pair_x is not None:
+                    pair_x[:, k] = (raw * tau.transpose(1, 2)).sum(dim=(1, 2), dtype=torch.float64)
+                del raw
+            else:
+                tau = (x_all.T @ x_k[:, k, :]).reshape(ni, nva, nvb) / (denom + e_k_t[k])
+            tt = c_direct * tau - c_exch * tau.transpose(1, 2) if c_exch else c_direct * tau
             gamma[:, k, :] = (x_all @ tt.reshape(ni * nva, nvb)).to(torch.float64)
             p_occ += (tau.reshape(ni, -1) @ tt.reshape(ni, -1).T).to(torch.float64)
             p_vir_all += torch.einsum("iab,icb->ac", tau, tt).to(torch.float64)
@@ -257,4 +261,5 @@ class TorchDevice(Device):
                 p_vir_k += (tau.reshape(-1, nvb).T @ tt.reshape(-1, nvb)).to(torch.float64)
         return PairDensities(gamma.cpu().numpy(), p_occ.cpu().numpy(), p_vir_all.cpu().numpy(),
                              None if p_vir_k is None else p_vir_k.cpu().numpy(),
-                             *((pair_os.cpu().numpy(), pair_scaled.cpu().numpy()) if energies else ()))
+                             *((pair_os.cpu().numpy(), None if pair_x is None else pair_x.cpu().numpy())
+                               if energies else ()))

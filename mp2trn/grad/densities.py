@@ -62,8 +62,9 @@ def strip_tasks(spins: list[SpinOrbitals], c_os: float, c_ss: float) -> list[tup
 
 def gives_energies(nspins: int, c_os: float, c_ss: float) -> bool:
     """Whether the sweep's strips (:func:`strip_tasks`) meet every pair sum the MP2 energy reports: E_ss
-    needs each same-spin pair's exchange sum, which comes out of Σ T·t̃ only where t̃ holds τᵀ (c_ss ≠ 0),
-    and a UHF sweep runs no opposite-spin strip without c_os."""
+    needs each same-spin pair's exchange sum, which a strip sums where its t̃ takes τᵀ (c_exch = c_ss ≠ 0;
+    a UHF sweep runs no same-spin strip without c_ss), and a UHF sweep runs no opposite-spin strip without
+    c_os."""
     return bool(c_ss) and (nspins == 1 or bool(c_os))
 
 
@@ -74,10 +75,9 @@ def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: i
 
     ``energies`` (one rank, a device with :attr:`~mp2trn.devices.Device.sweep_energies`, and
     :func:`gives_energies`): also the MP2 pair energies, summed by the device from the amplitudes each
-    strip forms anyway — per pair os = Σ T·τ and Σ T·t̃ = c_direct·os − c_exch·x — so that a gradient run
-    needs no pair step of its own for the energy (the amplitudes are not formed twice). The same-spin
-    exchange sums come from x = (c_direct·os − Σ T·t̃)/c_exch; the opposite-spin pairs of UHF from the first
-    of their two passes.
+    strip forms anyway — per pair os = Σ_ab T·τ and, same spin, x = Σ_ab T_ab τ_ba — so that a gradient run
+    needs no pair step of its own for the energy (the amplitudes are not formed twice). The opposite-spin
+    pairs of UHF are taken from the first of their two passes.
 
     ``pair_block`` 0: a strip reads B of every occupied orbital i of one spin at once. Else B is streamed in
     pairs of i blocks of ``pair_block`` orbitals (:func:`_pair_strip`), for a B that does not fit memory.
@@ -117,7 +117,7 @@ def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: i
             if wanted and si == sk:
                 os_, xx = sums[si]
                 os_[:, k0:k1] = out.pair_os
-                xx[:, k0:k1] = (c_direct * out.pair_os - out.pair_scaled) / c_exch
+                xx[:, k0:k1] = out.pair_x
             elif wanted:            # i of spin β (si = 1) against k of spin α: the α-β matrix's rows k0:k1
                 sums[2][0][k0:k1, :] = out.pair_os.T
             p_occ[si] -= out.p_occ
@@ -163,7 +163,8 @@ def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Dev
     gamma = p_vir_all = p_vir_k = None
     p_occ = np.zeros((a.nocc, a.nocc))
     # each pair's sums: every i block meets the strip in its n − 1 block pairs, summed, then divided as Γ̄
-    pair_os, pair_scaled = (np.zeros((a.nocc, len(e_k))), np.zeros((a.nocc, len(e_k)))) if energies else (None, None)
+    pair_os = np.zeros((a.nocc, len(e_k))) if energies else None
+    pair_x = np.zeros((a.nocc, len(e_k))) if energies and c_exch else None
     diagonal = np.zeros((a.nocc, a.nocc))
     buf = np.empty((store_rows(store), 2 * block if len(edges) > 1 else a.nocc, a.nvir), dtype=store.dtype)
     for first, second in pairs:
@@ -179,7 +180,8 @@ def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Dev
             m = 0
             for i0, i1 in parts:
                 pair_os[i0:i1] += out.pair_os[m : m + i1 - i0]
-                pair_scaled[i0:i1] += out.pair_scaled[m : m + i1 - i0]
+                if pair_x is not None:
+                    pair_x[i0:i1] += out.pair_x[m : m + i1 - i0]
                 m += i1 - i0
         gamma = out.gamma_k if gamma is None else gamma + out.gamma_k
         p_vir_all = out.p_vir_all if p_vir_all is None else p_vir_all + out.p_vir_all
@@ -198,7 +200,7 @@ def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Dev
     return PairDensities(gamma / repeats, p_occ, p_vir_all / repeats,
                          None if p_vir_k is None else p_vir_k / repeats,
                          None if pair_os is None else pair_os / repeats,
-                         None if pair_scaled is None else pair_scaled / repeats)
+                         None if pair_x is None else pair_x / repeats)
 
 
 def store_rows(store: BStore) -> int:

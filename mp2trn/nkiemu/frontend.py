@@ -42,14 +42,12 @@ _checked: dict = {}
 
 def check_kernel(func) -> None:
     """Raise NkiRuleError for the first unsupported construct in ``func`` or a helper it calls (cached per
-    code object and the code of the functions its closure holds: one kernel body made by a factory calls
-    different helpers per instance, and each such instance is checked)."""
+    code object and the code of what its closure holds, :func:`_closure_key`: one kernel body made by a
+    factory calls different helpers per instance, and each such instance is checked)."""
     code = getattr(func, "__code__", None)
     if code is None:
         return
-    cells = getattr(func, "__closure__", None) or ()
-    key = (code, tuple(c.cell_contents.__code__ for c in cells
-                       if _has_contents(c) and isinstance(c.cell_contents, types.FunctionType)))
+    key = (code, _closure_key(func))
     if key in _checked:
         if _checked[key] is not None:
             raise _checked[key]
@@ -62,6 +60,19 @@ def check_kernel(func) -> None:
         raise
 
 
+def _closure_key(func, depth: int = 0) -> tuple:
+    """The code of the functions ``func``'s closure holds — unwrapped as :func:`_callees` unwraps them
+    (``.func``) — and of what their closures hold in turn (a few levels: factories of factories)."""
+    out = []
+    for cell in getattr(func, "__closure__", None) or ():
+        if not _has_contents(cell):
+            continue
+        held = getattr(cell.cell_contents, "func", cell.cell_contents)
+        if isinstance(held, types.FunctionType):
+            out.append((held.__code__, _closure_key(held, depth + 1) if depth < 4 else ()))
+    return tuple(out)
+
+
 def _source(func):
     try:
         lines, first = inspect.getsourcelines(func)
@@ -70,7 +81,10 @@ def _source(func):
     try:
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except SyntaxError:
-        # a lambda's lines are those of the statement around it, which need not parse alone: unchecked
+        if func.__name__ != "<lambda>":
+            raise
+        # a lambda's lines are those of the statement around it, which need not parse alone; the check
+        # looks at function definitions only, so a lambda was never checked
         return None, None, 0
     return tree, inspect.getsourcefile(func) or "<kernel>", first - 1
 

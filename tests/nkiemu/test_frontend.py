@@ -153,3 +153,28 @@ def test_each_closure_instance_is_checked():
     with pytest.raises(NkiRuleError, match="frontend.is_operator"):
         check_kernel(_kernel_calling(_helper_with_is))
     check_kernel(_kernel_calling(_helper_plain))
+
+
+class _Wrapped:
+    """A helper behind a ``.func`` (as a jit wrapper holds its function): the front end inlines the function."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, *args):
+        return self.func(*args)
+
+
+def _factory_of(helper):
+    def inner(x, out):
+        helper(x, out)
+    return inner
+
+
+@pytest.mark.parametrize("wrap", [_Wrapped, _factory_of], ids=["dot-func", "nested-factory"])
+def test_closure_instances_checked_through_wrappers_and_factories(wrap):
+    """The cache key looks through what _callees looks through: helpers behind ``.func`` and helpers held by
+    the closures of helpers (review: both passed a second instance with `is` before)."""
+    check_kernel(_kernel_calling(wrap(_helper_plain)))
+    with pytest.raises(NkiRuleError, match="frontend.is_operator"):
+        check_kernel(_kernel_calling(wrap(_helper_with_is)))
