@@ -112,8 +112,7 @@ def sweep(store: BStore, spins: list[SpinOrbitals], device: Device, occ_block: i
                 out = _pair_strip(store, si, a, pair_block, device, *args, energies=wanted)
             else:
                 out = device.pair_densities(store.occ_block(si, a.nvir, 0, a.nocc), b_k, a.e_occ, b.e_occ[k0:k1],
-                                            a.e_vir, b.e_vir, c_direct, c_exch, vir_k,
-                                            **({"energies": True} if wanted else {}))
+                                            a.e_vir, b.e_vir, c_direct, c_exch, vir_k, energies=wanted)
             if wanted and si == sk:
                 os_, xx = sums[si]
                 os_[:, k0:k1] = out.pair_os
@@ -175,7 +174,7 @@ def _pair_strip(store: BStore, si: int, a: SpinOrbitals, block: int, device: Dev
             n += i1 - i0
         e_pair = np.concatenate([a.e_occ[i0:i1] for i0, i1 in parts])
         out = device.pair_densities(buf[:, :n], b_k, e_pair, e_k, ev_all, ev_k, c_direct, c_exch, vir_k,
-                                    **({"energies": True} if energies else {}))
+                                    energies=energies)
         if energies:
             m = 0
             for i0, i1 in parts:
