@@ -282,7 +282,8 @@ def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, h
     if options.gradient:
         result = gradient_stage(result, mf, molecule.ri_auxbasis, options, device, progress, comm, kept, budget,
                                 pair_energies=deferred, keep_pair_energies=keep_pair_energies)
-        check_finite(result)
+        if deferred:
+            check_finite(result)
     return result, mf
 
 
