@@ -327,6 +327,9 @@ class GradientSizes:
     max_jk_shell: int
     channels: tuple[ChannelShape, ...]
     itemsize: int = 8
+    #: bytes per element of a reduced-precision copy of the response's MO blocks the device would keep beside
+    #: the fp64 ones in host memory for the Z-vector's inner solves (0: none; Device.reduced_response_itemsize)
+    reduced_response_itemsize: int = 0
 
 
 @dataclass(frozen=True)
@@ -339,7 +342,8 @@ class GradientPlan:
     is streamed in pairs of such blocks; ``metric_cols``: columns per metric solve of Γ̄; ``ri_aux_block``:
     fitting functions per block of the fitting-basis pass; ``response_factors``: the response's MO blocks of
     the JK-fit tensor in memory (else generic J/K builds, which resident-or-stream the tensor by the SCF's
-    own plan), ``factor_chunk_mb``: the row chunk their tensor is solved in; ``jk_half_incore``: the JK-fit
+    own plan), ``factor_chunk_mb``: the row chunk their tensor is solved in; ``response_reduced``: room beside
+    the blocks for their reduced-precision copy (the Z-vector's inner solves, refined in fp64); ``jk_half_incore``: the JK-fit
     pass's (P|iμ) per channel in memory (else HDF5), ``jk_columns``: occupied orbitals per column block of
     its metric solve, ``jk_aux_block``: JK-fit functions per derivative-integral block; ``stage_mb``: the
     planned peak of each stage (MB, arrays mp2trn allocates)."""
@@ -357,6 +361,7 @@ class GradientPlan:
     jk_columns: int
     jk_aux_block: int
     stage_mb: dict
+    response_reduced: bool = False
 
     def residency(self, response_factors: bool | None = None) -> dict[str, str]:
         """Which arrays stayed in memory and which were streamed, by name (what-ran); ``response_factors``:
@@ -367,7 +372,9 @@ class GradientPlan:
                  f"B streamed in pairs of {self.pair_block}-orbital occupied blocks")
         return {"B": place[self.stores_incore], "Gamma": place[self.stores_incore],
                 "pair_sweep": f"{sweep}, {self.strip_block} occupied orbitals per strip",
-                "response_jkfit_mo_blocks": ("in memory (B_oo, B_vo, B_vv and the packed JK-fit tensor)"
+                "response_jkfit_mo_blocks": ("in memory (B_oo, B_vo, B_vv and the packed JK-fit tensor"
+                                             + (", with an fp32 copy of the blocks for the Z-vector's inner "
+                                                "solves)" if self.response_reduced else ")")
                                              if made else
                                              "not made: J/K builds of the SCF's tensor (resident or streamed by "
                                              "the SCF's plan)"),
@@ -504,7 +511,13 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nvir * nocc * f8
                            + (3 * naux_jk + PRECONDITIONER_COLUMNS) * naux_jk * f8 + 3 * rows * nao * nao * f8)
     response_factors = factors <= avail - small
-    stage["response"] = small + (factors if response_factors else min(tensor, 0.5 * budget_mb * MB) + 0.1 * avail)
+    # their reduced copy in the layouts the Z-vector's products read (B_vv once, B_ov and B_oo three times),
+    # held during the solve only, where it fits beside them
+    copies = naux_jk * sum(c.nvir ** 2 + 3 * c.nvir * c.nocc + 3 * c.nocc ** 2 for c in chans) \
+        * sizes.reduced_response_itemsize
+    response_reduced = response_factors and copies > 0 and factors + copies <= avail - small
+    stage["response"] = small + (factors + (copies if response_reduced else 0.0) if response_factors else
+                                 min(tensor, 0.5 * budget_mb * MB) + 0.1 * avail)
 
     # 5. the JK-fit derivative pass: (P|iμ) per channel, in memory when it fits; its metric solve in column
     # blocks of occupied orbitals (the block read, V⁻¹ of it, Z times that); the integral and derivative
@@ -524,7 +537,7 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     stage["derivative_integrals"] = small + jk_fixed + (half if half_incore else 0.0) + \
         max(jk_columns * per_col, jk_block * per_jk_aux)
     return GradientPlan(budget_mb, b_plan, incore, strip, pair, metric_cols, ri_block, response_factors, chunk_mb,
-                        half_incore, jk_columns, jk_block, {k: v / MB for k, v in stage.items()})
+                        half_incore, jk_columns, jk_block, {k: v / MB for k, v in stage.items()}, response_reduced)
 
 
 @dataclass(frozen=True)

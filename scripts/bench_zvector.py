@@ -25,6 +25,11 @@ own stopping rule says done, and reports the true relative residual ‖L + A z�
 products as the base class computes them (``a_tᵀ b``; the grouped one as a batched matmul), round robin
 with a DGEMM for the share of its rate, and prints GFLOP/s per form.
 
+``--refine`` instead solves each run's system (cpu) with fp64 PCG and with fp32 inner solves refined by fp64
+products (:func:`mp2trn.grad.response.solve_zvector`'s ``exact``; the inner solves' tolerance
+:data:`~mp2trn.grad.response.REFINE_INNER_TOL` set to 1e-3, 1e-4 and 1e-5 in turn), and prints the products of
+each kind, the true residual, how far z is from the fp64 solve's and the seconds.
+
 ``--sim-check`` instead runs each molecule's gradient on sim (fp32, SCF to 1e-12) twice — the response's
 GEMMs on the device, then on the host in fp64 (ResponseJK given no device) — and the cpu fp64 gradient, and
 prints how far apart they are (Eh/bohr).
@@ -55,7 +60,8 @@ def capture(path: str, memory: float) -> tuple:
     solve = response.solve_zvector
 
     def keep(products, chans, lag, *args, **kwargs):
-        captured.update(products=products, chans=chans, lag=lag)
+        # the run's fp64 products (with a refined solve, the products refining the inner ones)
+        captured.update(products=kwargs.get("exact") or products, chans=chans, lag=lag)
         return solve(products, chans, lag, *args, **kwargs)
 
     response.solve_zvector = keep
@@ -223,6 +229,40 @@ def gemms(naux: int, nocc: int, nvir: int, repeat: int) -> None:
               f"{mine / base:.2f} |")
 
 
+def refine(paths: list[str], memory: float) -> None:
+    """fp64 PCG against fp32 inner solves refined by fp64 products (module docstring), on each run's system."""
+    print("| molecule | solve | fp32 products | fp64 products | true relative residual | max Δz / max z | solve s |")
+    print("|---|---|---:|---:|---|---|---:|")
+    default = response.REFINE_INNER_TOL
+    for path in paths:
+        fp64, chans, lag = capture(path, memory)
+        name = path.rsplit("/", 1)[-1]
+        system = System(fp64, chans, lag)
+        fp64.products = 0
+        t0 = time.perf_counter()
+        want = response.solve_zvector(fp64, chans, lag)[0]
+        seconds = time.perf_counter() - t0
+        flat = np.concatenate([z.ravel() for z in want])
+        print(f"| {name} | fp64 PCG | 0 | {fp64.products} | {system.residual(flat):.1e} | 0 | {seconds:.2f} |",
+              flush=True)
+        reduced = fp64.reduced()
+        if reduced is None:
+            continue
+        for inner in (1e-3, 1e-4, 1e-5):
+            response.REFINE_INNER_TOL = inner
+            fp64.products = reduced.products = 0
+            try:
+                t0 = time.perf_counter()
+                got = response.solve_zvector(reduced, chans, lag, exact=fp64)[0]
+                seconds = time.perf_counter() - t0
+            finally:
+                response.REFINE_INNER_TOL = default
+            z = np.concatenate([g.ravel() for g in got])
+            print(f"| {name} | refined, inner {inner:.0e} | {reduced.products} | {fp64.products} | "
+                  f"{system.residual(z):.1e} | {np.abs(z - flat).max() / np.abs(flat).max():.1e} | {seconds:.2f} |",
+                  flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("molecules", nargs="*", default=DEFAULT)
@@ -231,7 +271,11 @@ def main() -> None:
     ap.add_argument("--gemms", action="store_true", help="time the cpu device's product forms (see above)")
     ap.add_argument("--sizes", type=int, nargs=3, default=(1606, 70, 256), metavar=("NAUX", "NOCC", "NVIR"))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--refine", action="store_true", help="fp64 PCG vs fp32 inner solves refined (see above)")
     args = ap.parse_args()
+    if args.refine:
+        refine(args.molecules, args.memory)
+        return
     if args.gemms:
         gemms(*args.sizes, args.repeat)
         return

@@ -11,7 +11,7 @@ from pyscf import gto, scf
 import mp2trn
 from mp2trn.devices import get_device
 from mp2trn.devices.nki_device import SIGNATURE_BOUND, _response_kernel
-from mp2trn.grad import cpks, dfmp2
+from mp2trn.grad import cpks, dfmp2, response
 from mp2trn.grad.orbitals import channels
 from mp2trn.orbitals import select_frozen
 
@@ -172,8 +172,12 @@ def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     device_run = mp2trn.run(gto.M(atom=WATER, basis="cc-pvdz", verbose=0), **kw)
     ran = device_run.what_ran["zvector"]
     assert (ran["device"], ran["precision"]) == ("sim", "fp32")
+    # refined by the host's fp64 products of the same blocks (one per cycle) to the fp64 solve's residual
+    refined = ran["refined_by"]
+    assert (refined["device"], refined["precision"]) == ("cpu", "fp64") and refined["products"] >= 1
+    assert ran["products"] + refined["products"] == ran["iterations"] and ran["residual"] < response.ZVECTOR_TOL
     # five GEMMs per product, eight for each of the two G[X] column sets (the Lagrangian's and W's)
-    assert ran["products"] == ran["iterations"] and ran["gemm_launches"] == 5 * ran["products"] + 2 * 8
+    assert ran["gemm_launches"] == 5 * ran["products"] + 2 * 8
     # and the MO blocks' launches (per row chunk of the tensor — water has one —, resplit_x3 making the
     # rows' planes on the chip, then the compensated AO→MO kernel)
     assert device_run.cost["launches_by_stage"]["zvector"] == ran["gemm_launches"] + 2

@@ -196,6 +196,16 @@ class Device(ABC):
         """The arithmetic of :meth:`response_gemm` (the base class: fp64 NumPy on the host)."""
         return "fp64"
 
+    #: bytes per element of the copy of the response's MO blocks that :meth:`reduced_response` keeps beside
+    #: the fp64 blocks in host memory (0: none; the memory plan counts it when it is not)
+    reduced_response_itemsize: int = 0
+
+    def reduced_response(self) -> Device | None:
+        """A device whose response products run in a reduced precision, for the Z-vector's inner solves
+        refined by this device's fp64 products (:meth:`mp2trn.grad.cpks.ResponseJK.reduced`); None when this
+        device offers none (the base class: none)."""
+        return None
+
     def response_blocks(self, rows: np.ndarray, cs: list[np.ndarray]) -> list[np.ndarray]:
         """Cᵀ B_Q C (q, nmo, nmo) fp64 per spin channel's orbitals C in ``cs`` ((nao, nmo) each) for a chunk of
         the SCF's JK-fit tensor, ``rows`` (q, nao, nao) fp64: the response's MO blocks, made where its products

@@ -8,6 +8,7 @@ i..). The SCF's J/K builds split their tensor rows over the cores in one contigu
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -303,18 +304,57 @@ class CpuDevice(Device):
                                      for x in range(3))
         return PairDensities(gamma, p_occ, p_vir_all, p_vir_k, pair_os, pair_x)
 
-    # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic) --------------
+    # -- the orbital response's GEMMs: fp64 in either precision (the host's reference arithmetic); the
+    # Z-vector's inner solves in fp32 on a copy of the blocks (reduced_response), refined by the fp64 products
+    #: the response products' dtype (fp64; the :meth:`reduced_response` copy's fp32)
+    _response_dtype = np.float64
+    reduced_response_itemsize = 4
+
+    @property
+    def response_precision(self) -> str:
+        return "fp32" if self._response_dtype == np.float32 else "fp64"
+
+    def reduced_response(self):
+        """This device with fp32 products of its own fp32 copy of each kept block (SGEMMs at twice the DGEMM
+        rate, half the bytes streamed per product), counted in the same cost report; None from that copy."""
+        if self._response_dtype == np.float32:
+            return None
+        other = copy.copy(self)
+        other._response_dtype = np.float32
+        other._grouped_bufs = {}
+        return other
+
+    #: the reduced copy's grouped results by shape, each rewritten by the next grouped product of its shape
+    #: (the Z-vector's M and Y are read before the next product makes new ones): fresh results of ~100 MB are
+    #: new pages from the OS at every product, 0.1-0.2 s of kernel time each on the 2-core VM against 0.03 s
+    #: reused. None on the fp64 device, whose results outlive the solve in no buffer of its own
+    _grouped_bufs: dict | None = None
+
+    def _grouped_out(self, shape: tuple[int, ...]) -> np.ndarray:
+        if self._grouped_bufs is None:
+            return np.empty(shape, dtype=self._response_dtype)
+        buf = self._grouped_bufs.get(shape)
+        if buf is None:
+            buf = self._grouped_bufs[shape] = np.empty(shape, dtype=self._response_dtype)
+        return buf
+
+    def response_operand(self, a_t, moving=False):
+        if self._response_dtype == np.float64:
+            return a_t
+        return np.ascontiguousarray(a_t, dtype=self._response_dtype)
+
     def response_gemm(self, a_t, b, stage="zvector"):
         t0 = time.perf_counter()
         a_t = np.asarray(a_t)
+        b = np.asarray(b, dtype=a_t.dtype) if self._response_dtype != np.float64 else b
         k, m = a_t.shape
         if b.shape[1] < m and k >= _LONG_INNER * m:
             # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result; OpenBLAS runs
             # them 1.2-1.4x faster as (bᵀ a_t)ᵀ (scripts/bench_zvector.py --gemms)
-            out = np.ascontiguousarray((b.T @ a_t).T)
+            out = np.ascontiguousarray((b.T @ a_t).T, dtype=np.float64)
         else:
-            out = a_t.T @ b
-        self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
+            out = np.asarray(a_t.T @ b, dtype=np.float64)
+        self._meter.add(stage, self.response_precision, time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
 
     def response_blocks(self, rows, cs):
@@ -327,22 +367,26 @@ class CpuDevice(Device):
 
     def response_grouped(self, a_t, b, width, stage="zvector"):
         t0 = time.perf_counter()
+        a_t = np.asarray(a_t, dtype=self._response_dtype)
         k, m = a_t.shape
         if k > m:
             # a small a_t (M^Q: nvir × nocc) against every group: one GEMM over a chunk of groups, then its
             # (m, groups, width) result copied into the row blocks, 1.9x the batched form's rate; the batched
             # one stays for k ≤ m (Y^Q: nocc × nvir), where the copy costs more than it saves
             groups = np.shape(b)[1] // width
-            out = np.empty((groups, m, width))
+            out = self._grouped_out((groups, m, width))
             b3 = np.asarray(b).reshape(k, groups, width)
-            step = max(1, int(_GROUPED_CHUNK_BYTES // (8 * m * width)))
+            step = max(1, int(_GROUPED_CHUNK_BYTES // (out.itemsize * m * width)))
             for g0 in range(0, groups, step):
                 g1 = min(groups, g0 + step)
                 out[g0:g1] = (a_t.T @ b3[:, g0:g1].reshape(k, -1)).reshape(m, g1 - g0, width).transpose(1, 0, 2)
             out = out.reshape(groups * m, width)
         else:
-            out = super().response_grouped(a_t, b, width, stage)
-        self._meter.add(stage, "fp64", time.perf_counter() - t0, 2.0 * out.size * a_t.shape[0])
+            groups = np.shape(b)[1] // width
+            out = self._grouped_out((groups, m, width))
+            np.matmul(a_t.T, np.asarray(b).reshape(k, groups, width).transpose(1, 0, 2), out=out)
+            out = out.reshape(groups * m, width)
+        self._meter.add(stage, self.response_precision, time.perf_counter() - t0, 2.0 * out.size * a_t.shape[0])
         return out
 
     # -- SCF J/K --------------------------------------------------------------------------------------

@@ -117,10 +117,23 @@ class ResponseJK:
         """The same products through the host's fp64 GEMMs (the MO blocks shared), or None when these are."""
         if self.device.response_precision == "fp64" and isinstance(self.device, CpuDevice):
             return None
-        host = copy.copy(self)
-        host.device = CpuDevice()
-        host._kept = [host._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
-        return host
+        return self._sharing(CpuDevice())
+
+    def reduced(self) -> ResponseJK | None:
+        """The same products in the device's reduced response precision (the cpu's fp32: a copy of the blocks
+        in fp32 beside the fp64 ones, which the memory plan must have counted) for the Z-vector's inner solves,
+        refined by these (:func:`mp2trn.grad.response.solve_zvector`); None when the device offers none."""
+        device = self.device.reduced_response()
+        return None if device is None else self._sharing(device)
+
+    def _sharing(self, device: Device) -> ResponseJK:
+        """These products on ``device``: the MO blocks shared, their kept layouts handed to it, no products
+        counted yet."""
+        other = copy.copy(self)
+        other.device = device
+        other._kept = [other._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
+        other.products = other.launches = 0
+        return other
 
     @property
     def precision(self) -> str:

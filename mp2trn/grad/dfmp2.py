@@ -129,7 +129,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     if device_mb is not None:     # B held since the energy is the sweep's B (or is freed when not taken)
         device_mb += device.held_mb()
     plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
-                                        device.storage_dtype.itemsize), max_memory, device_mb)
+                                        device.storage_dtype.itemsize, device.reduced_response_itemsize),
+                         max_memory, device_mb)
     timings: dict[str, float] = {}
     reused: dict[str, str] = {}
     t0 = time.perf_counter()
@@ -177,10 +178,12 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     del dfi, gam
     t0 = time.perf_counter()
     products, reused["jkfit_tensor"], from_scf = _response_products(mf, chans, plan, reuse_scf_tensor, device)
-    resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian) if orbs is mf else \
-        rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
     fast = isinstance(products, ResponseJK)
-    zvector = {**products.describe(), "iterations": resp.iterations, "residual": resp.residual,
+    # the Z-vector's inner solves on the blocks' reduced copy where the plan has room for it (refined by these
+    # fp64 products; the ROHF solve takes its products as they are)
+    resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian, reduced=plan.response_reduced) if orbs is mf \
+        else rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
+    zvector = {**(resp.zvector or products.describe()), "iterations": resp.iterations, "residual": resp.residual,
                **({"fallback": resp.fallback} if resp.fallback else {}),
                **({} if orbs is mf else {"preconditioner": rohf.PRECONDITIONER})}
     del products
@@ -227,10 +230,12 @@ def channel_shape(ch: SpinOrbitals) -> ChannelShape:
     return ChannelShape(len(ch.occ), ch.nact, ch.nvir)
 
 
-def gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes: list[ChannelShape], itemsize: int) -> GradientSizes:
-    """The sizes the gradient's memory plan reads: basis, both fitting bases, the channels, B's itemsize."""
+def gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes: list[ChannelShape], itemsize: int,
+                   reduced_response_itemsize: int = 0) -> GradientSizes:
+    """The sizes the gradient's memory plan reads: basis, both fitting bases, the channels, B's itemsize and
+    that of the device's reduced copy of the response's blocks (0: none)."""
     return GradientSizes(mol.nao_nr(), rifit_auxmol.nao_nr(), largest_shell(rifit_auxmol), jkfit_auxmol.nao_nr(),
-                         largest_shell(jkfit_auxmol), tuple(shapes), itemsize)
+                         largest_shell(jkfit_auxmol), tuple(shapes), itemsize, reduced_response_itemsize)
 
 
 def check_budget_before_scf(mol, rifit_auxmol, jk_auxbasis: str | dict, itemsize: int, budget: float,

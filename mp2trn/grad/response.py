@@ -38,6 +38,9 @@ class Response:
     iterations: int
     residual: float
     fallback: str | None = None     #: why the Z-vector was solved again with host fp64 products (None: it was not)
+    #: what ran the Z-vector's products (what-ran): the products' ``describe()``, refined ones with the fp64
+    #: products that refined them under ``refined_by`` (None: the caller's products, unrefined)
+    zvector: dict | None = None
 
 
 def fock_response(mf, chans: list[SpinOrbitals], mats: list[np.ndarray]) -> list[np.ndarray]:
@@ -74,29 +77,42 @@ NOT_USED = "none (no product needed)"
 #: relative residual at which the Z-vector stops; the finite-difference tests (tests/test_gradient.py) hold
 #: the gradient to 1e-6 Eh/bohr with it
 ZVECTOR_TOL = 1e-8
-#: the same by the arithmetic of the products where it differs: fp32 products (sim, cuda in fp32) stall between
-#: 1e-7 and 1e-8 — hydroxyl/cc-pVDZ on sim: 10 products to 1e-7, 25 to 1e-8, its gradient 1.9e-8 Eh/bohr from
-#: cpu fp64 either way (the rest is the fp32 pair step)
-ZVECTOR_TOLS = {"fp32": 1e-7}
 #: a residual this many times its lowest so far means reduced-precision products have lost the conjugacy CG
 #: rests on (sim fp32x3 hydroxyl at --conv-tol 1e-10 climbed from 1.6e-8 to 4.8e-4 over 100 products): with a
 #: host fp64 fallback at hand the solve stops there instead of running to ``max_iter``
 ZVECTOR_STALL = 100.0
+#: with reduced-precision products refined by fp64 ones (:func:`solve_zvector`'s ``exact``), each inner solve
+#: takes the residual down by this factor. fp32 products alone stall between 1e-7 and 1e-8 (hydroxyl/cc-pVDZ on
+#: sim: 10 products to 1e-7, 25 to 1e-8); refined, Inosine/cc-pVDZ needs 18 fp32 + 2 fp64 products at 1e-4,
+#: 21 + 3 at 1e-3 and 22 + 2 at 1e-5, against 16 fp64 ones alone (``scripts/bench_zvector.py --refine``)
+REFINE_INNER_TOL = 1e-4
+#: refinement cycles (one fp64 product each) at most
+REFINE_CYCLES = 8
 
 
 def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
-                  max_iter: int = 100, stall: float | None = None) -> tuple[list[np.ndarray], int, float]:
+                  max_iter: int = 100, stall: float | None = None,
+                  exact: Products | None = None) -> tuple[list[np.ndarray], int, float]:
     """z per channel (nvir, nocc) from (ε_a − ε_k) z + G[Z + Zᵀ]_vo = −L by preconditioned conjugate
     gradients (the orbital Hessian of a stable SCF is positive definite), from z = 0: exactly one G product
     per iteration (none for the start). The preconditioner is the products' own where they have one
     (:meth:`ResponseJK.preconditioner`: the Hessian's Coulomb part whole and the rest of its diagonal;
     Inosine/cc-pVDZ 16 products against 20 with the diagonal alone and 21 with the orbital-energy
     differences; scripts/bench_zvector.py), else the Hessian's diagonal where they have it
-    (:meth:`ResponseJK.diagonal`), else the orbital-energy differences. The vectors, the residual's recurrence and every dot product are fp64 on the host; only
-    the products run on the device. Stops when ‖r‖ < tol·‖L‖; raises ConvergenceError after ``max_iter``
-    iterations, or with ``stall`` as soon as ‖r‖ exceeds ``stall`` times its lowest value so far."""
+    (:meth:`ResponseJK.diagonal`), else the orbital-energy differences. The vectors, the residual's recurrence
+    and every dot product are fp64 on the host; only the products run on the device. Stops when
+    ‖r‖ < tol·‖L‖; raises ConvergenceError after ``max_iter`` iterations, or with ``stall`` as soon as ‖r‖
+    exceeds ``stall`` times its lowest value so far.
+
+    ``exact``: the same operator in fp64 (:meth:`ResponseJK.on_host`: the host's GEMMs of the same blocks)
+    for ``products`` in reduced precision. Then mixed-precision iterative refinement (Moler, J. ACM 14, 316
+    (1967)): each cycle solves A d = r by the PCG above with ``products`` to :data:`REFINE_INNER_TOL`·‖r‖,
+    adds d to z and takes the true residual r = −L − A z with one ``exact`` product, until ‖r‖ < tol·‖L‖ in
+    fp64 — so the reduced products set the cost of the iterations and the fp64 ones the accuracy of z. The
+    count returned is every product of either kind."""
     shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
     diag = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in chans])
+
     def split(v):
         out, k = [], 0
         for n, m in shapes:
@@ -104,8 +120,8 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
             k += n * m
         return out
 
-    def apply(v):
-        return diag * v + np.concatenate([g.ravel() for g in products.zvector(split(v))])
+    def operator(prods):
+        return lambda v: diag * v + np.concatenate([g.ravel() for g in prods.zvector(split(v))])
 
     rhs = -np.concatenate([l.ravel() for l in lag])
     norm = float(np.linalg.norm(rhs))
@@ -113,9 +129,30 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
         return split(np.zeros_like(rhs)), 0, 0.0
     precondition = products.preconditioner()          # made only for a solve that takes a product
     if precondition is None:
-        exact = products.diagonal()
-        scale = diag if exact is None else exact
+        exact_diagonal = products.diagonal()
+        scale = diag if exact_diagonal is None else exact_diagonal
         precondition = lambda v: v / scale                          # noqa: E731
+    if exact is None:
+        x, count, res = _pcg(operator(products), precondition, rhs, tol, max_iter, stall)
+        return split(x), count, res / norm
+    apply_exact = operator(exact)
+    x, r, count = np.zeros_like(rhs), rhs.copy(), 0
+    for _ in range(REFINE_CYCLES):
+        d, inner, _ = _pcg(operator(products), precondition, r, REFINE_INNER_TOL, max_iter, stall)
+        x += d
+        r = rhs - apply_exact(x)
+        count += inner + 1
+        res = float(np.linalg.norm(r))
+        if res < tol * norm:
+            return split(x), count, res / norm
+    raise ConvergenceError(f"the Z-vector's refinement did not converge in {REFINE_CYCLES} cycles (relative residual "
+                           f"{res / norm:.1e}); the SCF may be unstable (a lower-energy solution exists)")
+
+
+def _pcg(apply, precondition, rhs: np.ndarray, tol: float, max_iter: int,
+         stall: float | None) -> tuple[np.ndarray, int, float]:
+    """x with ‖rhs − A x‖ < tol·‖rhs‖ by preconditioned CG from x = 0: (x, products, ‖r‖ of the recurrence)."""
+    norm = float(np.linalg.norm(rhs))
     x = np.zeros_like(rhs)
     r = rhs.copy()
     z = precondition(r)
@@ -129,7 +166,7 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
         r -= alpha * ap
         res = float(np.linalg.norm(r))
         if res < tol * norm:
-            return split(x), it, res / norm
+            return x, it, res
         lowest = min(lowest, res)
         if stall is not None and res > stall * lowest:
             raise ConvergenceError(f"the Z-vector stalled after {it} products (relative residual {res / norm:.1e}, "
@@ -165,6 +202,10 @@ class Products:
         """No host fp64 version to fall back to: these are the SCF's own J/K builds."""
         return None
 
+    def reduced(self) -> None:
+        """No reduced-precision version: the SCF's J/K builds run as its schedule says."""
+        return None
+
     def describe(self) -> dict:
         """Where the Z-vector's products ran (what-ran)."""
         return {"device": "the SCF's J/K builds", "products": self.products,
@@ -184,31 +225,40 @@ class Products:
 
 
 def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
-          x: list[np.ndarray], tol: float | None = None) -> Response:
+          x: list[np.ndarray], tol: float = ZVECTOR_TOL, reduced: bool = False) -> Response:
     """The relaxed density and the energy-weighted density from the unrelaxed blocks and the Lagrangian;
     ``products``: :class:`Products` or :class:`mp2trn.grad.cpks.ResponseJK`; ``tol``: the Z-vector's
-    relative residual (None: :data:`ZVECTOR_TOLS` for the products' precision, else :data:`ZVECTOR_TOL`)."""
-    if tol is None:
-        tol = ZVECTOR_TOLS.get(products.describe().get("precision"), ZVECTOR_TOL)
+    relative residual, in fp64 whatever the products' precision.
+
+    Reduced-precision products are refined by fp64 ones (:func:`solve_zvector`'s ``exact``): ``products``
+    in reduced precision (sim, cuda fp32) by their host fp64 version (:meth:`ResponseJK.on_host`), or, with
+    ``reduced`` (the memory plan's room for it), fp64 ``products`` by themselves with their reduced version
+    (:meth:`ResponseJK.reduced`: the cpu's fp32 copy of the blocks, made for the solve and freed after it)
+    running the inner solves. The G[P] columns come from ``products``."""
     p = unrelaxed(chans, p_occ, p_vir, x)
     g = products.occupied_columns(p)             # (nmo, nocc) per channel
     lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
            for ch, xx, gg in zip(chans, x, g)]
     fallback = None
     host = products.on_host()
+    inner = products.reduced() if reduced and host is None else None
+    reduced, exact = (inner, products) if inner is not None else (products, host)
     try:
-        zs, iterations, residual = solve_zvector(products, chans, lag, tol,
-                                                 stall=None if host is None else ZVECTOR_STALL)
+        zs, iterations, residual = solve_zvector(reduced, chans, lag, tol,
+                                                 stall=None if exact is None else ZVECTOR_STALL, exact=exact)
     except ConvergenceError as err:
         # reduced-precision products near an unstable SCF (sim fp32x3 hydroxyl at --conv-tol 1e-10: a
-        # near-singular orbital Hessian, 20 host fp64 products) can stall; the host's fp64 GEMMs of the same
-        # blocks then solve it, and what-ran and a warning say so
-        if host is None:
+        # near-singular orbital Hessian, 20 host fp64 products) can stall; the fp64 GEMMs of the same
+        # blocks then solve it alone, and what-ran and a warning say so
+        if exact is None:
             raise
-        fallback = (f"the {products.describe().get('precision')} products on {products.describe().get('device')} "
+        fallback = (f"the {reduced.describe().get('precision')} products on {reduced.describe().get('device')} "
                     f"did not converge ({err}); solved again with host fp64 products")
         warnings.warn(fallback, stacklevel=2)
-        zs, iterations, residual = solve_zvector(host, chans, lag, ZVECTOR_TOL)
+        zs, iterations, residual = solve_zvector(exact, chans, lag, tol)
+        exact = None
+    inner_ran = None if inner is None else inner.describe()
+    reduced = inner = None         # an inner solve's fp32 copy goes before the next products
     p_rel = []
     for ch, pp, z in zip(chans, p, zs):
         q = pp.copy()
@@ -229,4 +279,8 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
         w = 0.5 * (w + w.T)
         w[np.ix_(ch.occ, ch.occ)] += gg[ch.occ]
         ws.append(w)
-    return Response(p_rel, p, ws, iterations, residual, fallback)
+    ran = None if exact is None else ({**inner_ran, "refined_by": products.describe()} if inner_ran is not None
+                                      else {**products.describe(), "refined_by": exact.describe()})
+    if ran is not None:           # the refining products take the inner solves' preconditioner, none of their own
+        ran["refined_by"].pop("preconditioner", None)
+    return Response(p_rel, p, ws, iterations, residual, fallback, ran)
