@@ -128,12 +128,13 @@ def test_woodbury_preconditioner_is_coulomb_plus_diagonal(system):
     coulomb = u @ u.T
     m = np.linalg.inv(m_inv)
     off = ~np.eye(n, dtype=bool)
-    assert np.abs(m - coulomb)[off].max() < 1e-8 * np.abs(coulomb).max()
+    # to fp32 rounding: S's syrk runs in fp32 (a preconditioner only steers the fp64 solve)
+    assert np.abs(m - coulomb)[off].max() < 1e-6 * np.abs(coulomb).max()
     # on the diagonal: the Hessian's, where the rest of it (D_x, without the Coulomb part) stays above its
     # floor of a tenth of ε_a − ε_k (hydroxyl: a few elements below it)
     gaps = np.concatenate([(c.e[c.vir][:, None] - c.e[c.occ][None, :]).ravel() for c in chans])
     want = np.maximum(host.diagonal() - np.diag(coulomb), 0.1 * gaps) + np.diag(coulomb)
-    np.testing.assert_allclose(np.diag(m), want, rtol=1e-9)
+    np.testing.assert_allclose(np.diag(m), want, rtol=1e-6)
 
 
 def test_preconditioner_with_a_channel_without_occupied_orbitals():

@@ -51,6 +51,20 @@ def test_cpu_reduced_products_are_fp32_of_the_same_blocks(system):
     assert fp32.describe()["products"] == 1 and fp32.describe()["precision"] == "fp32"
 
 
+def test_reduced_copy_shares_one_fp32_copy_between_layouts_of_one_block(system):
+    """B_ov kept as ((Q, i), a) rows and as (Q, (i, a)) is one block: the reduced copy converts it once, and
+    the transposed layouts get copies of their own; what it keeps is the bytes the memory plan counts."""
+    _, chans, fp64 = system
+    kept = fp64.reduced()._kept
+    for k in kept:
+        assert np.shares_memory(k["ov_rows"], k["ov_by_aux"]) and np.shares_memory(k["oo_rows"], k["oo_by_aux"])
+        assert not np.shares_memory(k["ov_rows"], k["vo_by_vir"]) and k["vo_by_vir"].flags.c_contiguous
+    unique = {id(np.asarray(a).base if np.asarray(a).base is not None else a): np.asarray(a).nbytes
+              for k in kept for a in k.values()}
+    want = sum(fp64.naux * (c.nvir ** 2 + 2 * c.nvir * len(c.occ) + 2 * len(c.occ) ** 2) * 4 for c in chans)
+    assert sum(unique.values()) == want
+
+
 def test_reduced_grouped_results_reuse_their_buffer_and_fp64_ones_do_not():
     """The reduced copy's grouped products write one buffer per shape (no fresh pages per product); the fp64
     device's results are fresh arrays each time (they may outlive the solve)."""
@@ -131,12 +145,12 @@ def test_cpu_gradient_with_refined_zvector_equals_the_fp64_one(molecule, monkeyp
 
 def test_plan_holds_the_reduced_copy_only_where_it_fits():
     """Inosine/cc-pVDZ's shapes: with room the response's stage counts the fp32 copy (B_vv once, B_ov and
-    B_oo three times, 4 bytes each) beside the blocks; at a budget where the blocks fit but not the copy the
+    B_oo twice, 4 bytes each) beside the blocks; at a budget where the blocks fit but not the copy the
     plan keeps the blocks and declines the copy; a device without one plans none."""
     kw = dict(nao=326, naux=1232, max_aux_shell=7, naux_jk=1606, max_jk_shell=9,
               channels=(ChannelShape(70, 70, 256),), itemsize=8)
     with_copy, without = GradientSizes(**kw, reduced_response_itemsize=4), GradientSizes(**kw)
-    copy_mb = 1606 * (256 ** 2 + 3 * 256 * 70 + 3 * 70 ** 2) * 4 / 1e6
+    copy_mb = 1606 * (256 ** 2 + 2 * 256 * 70 + 2 * 70 ** 2) * 4 / 1e6
     roomy = plan_gradient(with_copy, 8000)
     assert roomy.response_reduced and not plan_gradient(without, 8000).response_reduced
     assert roomy.stage_mb["response"] - plan_gradient(without, 8000).stage_mb["response"] == pytest.approx(copy_mb)

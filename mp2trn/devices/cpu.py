@@ -321,7 +321,7 @@ class CpuDevice(Device):
             return None
         other = copy.copy(self)
         other._response_dtype = np.float32
-        other._grouped_bufs = {}
+        other._grouped_bufs, other._operand_copies = {}, {}
         return other
 
     #: the reduced copy's grouped results by shape, each rewritten by the next grouped product of its shape
@@ -338,10 +338,21 @@ class CpuDevice(Device):
             buf = self._grouped_bufs[shape] = np.empty(shape, dtype=self._response_dtype)
         return buf
 
+    #: the reduced copy's fp32 operands by the fp64 memory they copy (data address, elements, strides): two
+    #: layouts of one C-contiguous block — B_ov as ((Q, i), a) rows and as (Q, (i, a)) — share one copy
+    _operand_copies: dict | None = None
+
     def response_operand(self, a_t, moving=False):
         if self._response_dtype == np.float64:
             return a_t
-        return np.ascontiguousarray(a_t, dtype=self._response_dtype)
+        a_t = np.asarray(a_t)
+        if not a_t.flags.c_contiguous:
+            return np.ascontiguousarray(a_t, dtype=self._response_dtype)
+        key = (a_t.__array_interface__["data"][0], a_t.size)
+        copy_ = self._operand_copies.get(key)
+        if copy_ is None:
+            copy_ = self._operand_copies[key] = a_t.astype(self._response_dtype).ravel()
+        return copy_.reshape(a_t.shape)
 
     def response_gemm(self, a_t, b, stage="zvector"):
         t0 = time.perf_counter()

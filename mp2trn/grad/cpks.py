@@ -167,7 +167,8 @@ class ResponseJK:
         part whole — U = √(2w) B_ov stacked over the channels, rank naux — and the rest of its diagonal,
         D_x = :meth:`diagonal` − 2w (ak|ak), floored at a tenth of ε_a − ε_k so that M stays positive
         definite. Applied by Woodbury's identity, M⁻¹ = D_x⁻¹ − D_x⁻¹ U S⁻¹ Uᵀ D_x⁻¹ with S = 1 + Uᵀ D_x⁻¹ U
-        (naux × naux: naux²·nocc·nvir FLOPs, a syrk; inverted once through its Cholesky factor); each
+        (naux × naux: naux²·nocc·nvir FLOPs, an fp32 syrk summed in fp64; inverted once through its Cholesky
+        factor); each
         application 2·channels + 1 GEMVs. None (the solver then divides by :meth:`diagonal`) where some
         ε_a − ε_k is not positive (a non-aufbau SCF): the floor would not keep M positive definite. Inosine/cc-pVDZ: 16 products to the 1e-8 residual against 20 with the diagonal alone
         (``scripts/bench_zvector.py``)."""
@@ -191,7 +192,10 @@ class ResponseJK:
             flat, w = ov.reshape(self.naux, -1), scales[c] * np.sqrt(by_ia(dinv, c))
             for c0 in range(0, flat.shape[1], PRECONDITIONER_COLUMNS):
                 x = flat[:, c0 : c0 + PRECONDITIONER_COLUMNS] * w[c0 : c0 + PRECONDITIONER_COLUMNS]
-                s += x @ x.T                                   # NumPy's syrk
+                # NumPy's syrk in fp32 (twice the rate; summed in fp64): M only steers the solve, whose
+                # residuals stay fp64, and 1 + a sum of squares stays positive definite
+                x = x.astype(np.float32)
+                s += x @ x.T
         s[np.diag_indices_from(s)] += 1.0
         # S⁻¹ once (naux³ FLOPs), so that each application is NumPy GEMVs only: a SciPy solve per iteration
         # would wait for NumPy's spinning BLAS threads (mp2trn.threads), ~10 ms a call on the 2-core VM

@@ -5,7 +5,7 @@ contracts with the raw integrals (P|μν); the metric density is γ = L⁻ᵀ (�
 fitting functions P this pass makes
 
 - the orbital Lagrangian of the 2PDM, X_ti = Σ_aP (ta|P) Γ^P_ia and X_ta = Σ_iP (ti|P) Γ^P_ia (t over all
-  MOs), through the half-transformed Γ^P_iν = Σ_a Γ^P_ia C_νa and Γ^P_aν = Σ_i Γ^P_ia C_νi;
+  MOs), through the half-transformed Γ^P_iν = Σ_a Γ^P_ia C_νa and integrals (P|iμ) = Σ_ν C_νi (P|νμ);
 - the AO 2PDM Γ^P_μν = Σ_i C_μi Γ^P_iν (a GEMM on the gradient's device, stage ``grad_gamma``: C_o kept there,
   the (i, (P, ν)) rows of Γ^P_iν sent per block) and its contraction with the derivative integrals (μν|P)^R;
 
@@ -136,11 +136,13 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
             g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p, ch.nact, ch.nvir)
             c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
             half_o = np.matmul(c_v, np.swapaxes(g, 1, 2))                  # (P, ν, i) = Σ_a C_νa Γ^P_ia
-            half_v = np.matmul(c_o, g)                                    # (P, ν, a) = Σ_i C_νi Γ^P_ia
-            # Σ_Pν (P|μν) half[P, ν, ·]: one GEMM over the (P, ν) rows each
+            # X_ti: Σ_Pν (P|μν) half_o[P, ν, i], one GEMM over the (P, ν) rows
             x[:, ch.act] += ch.c.T @ (ao_flat.T @ half_o.reshape(p * nao, -1))
-            x[:, ch.vir] += ch.c.T @ (ao_flat.T @ half_v.reshape(p * nao, -1))
-            del half_v
+            # X_ta: Σ_Pi (P|μi) Γ^P_ia with (P|μi) = Σ_ν (P|μν) C_νi, one GEMM over the (P, i) rows: 2·p·nao·o·(nao + v)
+            # flops, where Γ half-transformed over i first (Σ_Pν (P|μν) Σ_i C_νi Γ^P_ia) costs 2·p·nao·v·(nao + o)
+            occ_ao = np.ascontiguousarray((ao_flat @ c_o).reshape(p, nao, -1).transpose(0, 2, 1))   # (P, i, μ)
+            x[:, ch.vir] += ch.c.T @ (occ_ao.reshape(-1, nao).T @ g.reshape(-1, ch.nvir))
+            del occ_ao
             if derivatives:                                               # (μ, (P, ν)) = Σ_i C_μi Γ^P_iν
                 rows = np.ascontiguousarray(half_o.transpose(2, 0, 1)).reshape(ch.nact, p * nao)
                 back = device.response_gemm(c_o_kept, rows, "grad_gamma").reshape(nao, p, nao)
