@@ -15,7 +15,13 @@ Parts (each timed ``--repeat`` times in this process, the fastest kept; fp64):
   right-side BLAS trsm in place (:func:`mp2trn.grad.jk_terms._fitted_rows`), with each GEMM's GFLOP/s;
 - ``trsm``: the SCF tensor's triangular solves in :func:`mp2trn.df.cholesky_tensor` and their GFLOP/s;
 - ``vv``: one Z-vector product against B^Q_vv (naux_jk·nvir × nvir by nvir·… × nocc, random operands) as the
-  cpu device computes it, (bᵀ a)ᵀ, against the same K rows split over the cores (one BLAS thread each).
+  cpu device computes it, (bᵀ a)ᵀ, against the same K rows split over the cores (one BLAS thread each);
+- ``xta``: the fitting-basis pass's X_ta = Σ_iP (ti|P) Γ^P_ia for the whole RI basis (random symmetric
+  integrals in blocks of 150): Γ half-transformed over i first (Σ_Pν (P|μν) Σ_i C_νi Γ^P_ia, before) against
+  the integrals half-transformed to (P|iμ) first (:func:`mp2trn.grad.ri.ri_pass`);
+- ``syrk``: the Z-vector preconditioner's S = Σ x xᵀ over B_ov's scaled columns (naux_jk × nocc·nvir, in
+  chunks of ``PRECONDITIONER_COLUMNS``), in fp64 against fp32 summed in fp64
+  (:meth:`mp2trn.grad.cpks.ResponseJK.preconditioner`).
 
 Sizes come from the molecule (``--xyz``, cc-pVDZ); the orbitals are random orthonormal columns (the timings
 do not depend on their values).
@@ -37,7 +43,7 @@ from mp2trn.grad.jk_terms import _fitted_rows
 from mp2trn.memory import prefaulted_empty
 from mp2trn.threads import one_blas_pool, one_thread_each
 
-PARTS = ("ip1", "gather", "solve", "trsm", "vv")
+PARTS = ("ip1", "gather", "solve", "trsm", "vv", "xta", "syrk")
 
 
 def best(fn, repeat: int) -> float:
@@ -166,6 +172,45 @@ def part_vv(sizes, repeat):
         print(f"vv {name}: {t:.3f} s, {flop / t / 1e9:.0f} GFLOP/s")
 
 
+def part_xta(mol, sizes, repeat):
+    nao, nocc = sizes["nao"], sizes["nocc"]
+    nvir, naux = nao - nocc, df.addons.make_auxmol(mol, "cc-pvdz-ri").nao_nr()
+    rng = np.random.default_rng(3)
+    p = 150
+    ao = rng.random((p, nao, nao))
+    ao += ao.transpose(0, 2, 1)
+    ao_flat = ao.reshape(p * nao, nao)
+    c = np.linalg.qr(rng.random((nao, nao)))[0]
+    c_o, g = c[:, :nocc], rng.random((p, nocc, nvir))
+    blocks = -(-naux // p)
+
+    def gamma_first():
+        for _ in range(blocks):
+            c.T @ (ao_flat.T @ np.matmul(c_o, g).reshape(p * nao, -1))
+
+    def integrals_first():
+        for _ in range(blocks):
+            occ_ao = np.ascontiguousarray((ao_flat @ c_o).reshape(p, nao, -1).transpose(0, 2, 1))
+            c.T @ (occ_ao.reshape(-1, nao).T @ g.reshape(-1, nvir))
+
+    for name, fn in (("Γ half-transformed first (before)", gamma_first),
+                     ("integrals half-transformed first (ri_pass)", integrals_first)):
+        print(f"xta {name}: {best(fn, repeat):.3f} s for {blocks} blocks of {p} RI functions")
+
+
+def part_syrk(sizes, repeat):
+    from mp2trn.memory import PRECONDITIONER_COLUMNS
+    naux, nocc = sizes["naux_jk"], sizes["nocc"]
+    flat = np.random.default_rng(4).random((naux, nocc * (sizes["nao"] - nocc)))
+    for dtype in (np.float64, np.float32):
+        def syrk():
+            s = np.zeros((naux, naux))
+            for c0 in range(0, flat.shape[1], PRECONDITIONER_COLUMNS):
+                x = flat[:, c0 : c0 + PRECONDITIONER_COLUMNS].astype(dtype)
+                s += x @ x.T
+        print(f"syrk {np.dtype(dtype).name}: {best(syrk, repeat):.3f} s")
+
+
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo on Linux), else what the platform module says."""
     try:
@@ -197,6 +242,10 @@ def main() -> None:
             part_solve(mol, sizes, args.repeat)
         elif name == "trsm":
             part_trsm(mol, args.repeat)
+        elif name == "xta":
+            part_xta(mol, sizes, args.repeat)
+        elif name == "syrk":
+            part_syrk(sizes, args.repeat)
         else:
             part_vv(sizes, args.repeat)
 
