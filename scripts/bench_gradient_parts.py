@@ -12,7 +12,7 @@ Parts (each timed ``--repeat`` times in this process, the fastest kept; fp64):
   orbitals picked by an index array against a slice (:meth:`mp2trn.grad.cpks.ResponseJK.occupied_columns`);
 - ``solve``: the JK-fit pass's metric solve of (P|iμ) (naux_jk × nocc·nao) followed by its (naux·nocc, nao)
   GEMM: SciPy's left-side ``solve_triangular`` (a Fortran-ordered result, reshaped by a copy) against the
-  right-side BLAS trsm in place (:func:`mp2trn.grad.jk_terms._fitted_rows`), with each GEMM's GFLOP/s;
+  right-side BLAS trsm in place (:func:`mp2trn.grad.ri.fitted_rows`), with each GEMM's GFLOP/s;
 - ``trsm``: the SCF tensor's triangular solves in :func:`mp2trn.df.cholesky_tensor` and their GFLOP/s;
 - ``vv``: one Z-vector product against B^Q_vv (naux_jk·nvir × nvir by nvir·… × nocc, random operands) as the
   cpu device computes it, (bᵀ a)ᵀ, against the same K rows split over the cores (one BLAS thread each);
@@ -39,7 +39,7 @@ import scipy.linalg
 from pyscf import df, gto
 
 from mp2trn.df import _shell_ranges, cholesky_tensor
-from mp2trn.grad.jk_terms import _fitted_rows
+from mp2trn.grad.ri import fitted_rows
 from mp2trn.memory import prefaulted_empty
 from mp2trn.threads import one_blas_pool, one_thread_each
 
@@ -101,7 +101,7 @@ def part_solve(mol, sizes, repeat):
         return time.perf_counter() - t0
 
     def right():
-        d = _fitted_rows(np.asfortranarray(low), a.copy(), both=False)
+        d = fitted_rows(np.asfortranarray(low), a.copy(), both=False)
         t0 = time.perf_counter()
         d.reshape(-1, nao) @ z
         return time.perf_counter() - t0

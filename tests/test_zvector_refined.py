@@ -160,3 +160,17 @@ def test_plan_holds_the_reduced_copy_only_where_it_fits():
     assert tight.response_factors and not tight.response_reduced
     for plan in (roomy, tight):
         assert max(plan.stage_mb.values()) <= plan.budget_mb
+
+
+def test_occupied_columns_of_some_rows_equal_those_of_all(system):
+    """G[X]'s occupied columns asked for the virtual or the occupied rows only equal those rows of the whole
+    columns (fp64, to rounding); the rows not asked for are NaN, so that no caller reads them unawares."""
+    _, chans, fp64 = system
+    rng = np.random.default_rng(9)
+    mats = [(lambda m: m + m.T)(rng.normal(size=(c.nmo, c.nmo))) for c in chans]
+    whole = fp64.occupied_columns(mats)
+    for rows, pick in (("vir", lambda c: c.vir), ("occ", lambda c: c.occ)):
+        for c, part, full in zip(chans, fp64.occupied_columns(mats, rows=rows), whole):
+            other = np.setdiff1d(np.arange(c.nmo), pick(c))
+            np.testing.assert_allclose(part[pick(c)], full[pick(c)], rtol=1e-12, atol=1e-12 * np.abs(full).max())
+            assert np.all(np.isnan(part[other]))

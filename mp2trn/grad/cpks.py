@@ -251,12 +251,15 @@ class ResponseJK:
                 for ch, kept, k in zip(self.chans, self._kept, exchange)]
 
     # -- G of a general symmetric matrix, occupied columns ---------------------------------------------
-    def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
+    def occupied_columns(self, mats: list[np.ndarray], rows: str | None = None) -> list[np.ndarray]:
         """Cᵀ G^σ[X^σ] C_o (nmo, nocc) per channel for symmetric MO-basis X^σ (nmo, nmo), from the MO blocks
         (Cᵀ B_Q (C X Cᵀ) B_Q C = B^Q X B^Q): with U^Q = B^Q[:, occ] and W^Q = X U^Q, K's columns are
         Σ_Q B^Q W^Q and J's Σ_Q ρ_Q U^Q with ρ_Q = tr(X B^Q) = ρ_oo + 2ρ_ov + ρ_vv — eight GEMMs per channel on
         the device (stage ``zvector``); ρ_oo + ρ_ov and ρ_ov are traces of W's two halves, and ρ_vv = Σ_ab
-        B^Q_ab X_ab is a host fp64 GEMV (no kept layout has Q free with (a, b) to contract)."""
+        B^Q_ab X_ab is a host fp64 GEMV (no kept layout has Q free with (a, b) to contract).
+
+        ``rows`` "vir" or "occ": only those rows (the Lagrangian reads G[P]'s virtual rows, W the relaxed
+        G's occupied ones), the others NaN; the virtual rows' B_vv product is most of the cost."""
         rho = np.zeros(self.naux)
         exchange = []
         for ch, kept, ov, vv, x in zip(self.chans, self._kept, self.b_ov, self.b_vv, mats):
@@ -270,17 +273,21 @@ class ResponseJK:
             w = w.transpose(0, 2, 1)                                              # (Q, r, i) = W^Q_ri
             w_occ, w_vir = w[:, occ].reshape(-1, o), w[:, vir].reshape(-1, o)   # ((Q, j), i), ((Q, b), i)
             del w
-            vo_rows = self.device.response_operand(ov.transpose(0, 2, 1).reshape(-1, o))   # ((Q, b), j) = B^Q_bj
-            k = np.empty((ch.nmo, o))
-            k[vir] = self._gemm(kept["vv_rows"], w_vir) + self._gemm(kept["ov_rows"], w_occ)
-            k[occ] = self._gemm(kept["oo_rows"], w_occ) + self._gemm(vo_rows, w_vir)
+            k = np.full((ch.nmo, o), np.nan)
+            if rows != "occ":
+                k[vir] = self._gemm(kept["vv_rows"], w_vir) + self._gemm(kept["ov_rows"], w_occ)
+            if rows != "vir":
+                vo_rows = self.device.response_operand(ov.transpose(0, 2, 1).reshape(-1, o))   # ((Q, b), j) = B^Q_bj
+                k[occ] = self._gemm(kept["oo_rows"], w_occ) + self._gemm(vo_rows, w_vir)
             exchange.append(k)
         out = []
         for ch, kept, k in zip(self.chans, self._kept, exchange):
             o = len(ch.occ)
             g = -k
-            g[ch.vir] += self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(o, -1).T
-            g[ch.occ] += self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
+            if rows != "occ":
+                g[ch.vir] += self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(o, -1).T
+            if rows != "vir":
+                g[ch.occ] += self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
             out.append(g)
         return out
 

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
-from scipy.linalg import blas as scipy_blas
 
 from ..df import _shell_ranges, tensor_rows_unpacked, unpacked_integrals
 from ..memory import SpinShape
 from ..parallel import Comm
 from ..scratch import check_stopped
-from ..threads import one_blas_pool
 from ..transform import BStore, scratch_writes
 from ..orbitals import SpinOrbitals
-from .ri import _per_atom, contract_3c_derivatives, metric_gradient
+from .ri import _per_atom, contract_3c_derivatives, fitted_rows, metric_gradient
 
 
 def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,
@@ -98,7 +96,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             step = max(1, columns or o.shape[1])
             for i0 in range(0, o.shape[1], step):
                 cols = slice(i0 * nao, min(o.shape[1], i0 + step) * nao)
-                d = _fitted_rows(low, np.ascontiguousarray(arr[:, cols]), both=not from_tensor)
+                d = fitted_rows(low, np.ascontiguousarray(arr[:, cols]), both=not from_tensor)
                 c = (d.reshape(-1, nao) @ z).reshape(naux, -1)
                 dc += d @ c.T
                 del d
@@ -128,20 +126,6 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
     return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
-
-
-def _fitted_rows(low: np.ndarray, x: np.ndarray, both: bool) -> np.ndarray:
-    """L⁻ᵀx, or with ``both`` V⁻¹x = L⁻ᵀL⁻¹x, for x (naux, ncols) C-contiguous, written over x and returned
-    C-contiguous; ``low``: L, Fortran-ordered. Solved as xᵀ from the right (BLAS trsm with ``side``), since
-    xᵀ is Fortran-ordered as it lies: no copy in and none out, so that the GEMMs after it read rows as they
-    lie (SciPy's left-side solve returned a Fortran-ordered result whose (naux·nocc, nao) reshape was a copy
-    made at every use); SciPy's BLAS pool on the cores (:func:`mp2trn.threads.one_blas_pool`)."""
-    xt = x.T
-    with one_blas_pool("scipy"):
-        if both:                                           # xᵀL⁻ᵀ: X Lᵀ = xᵀ
-            xt = scipy_blas.dtrsm(1.0, low, xt, side=1, lower=1, trans_a=1, overwrite_b=1)
-        xt = scipy_blas.dtrsm(1.0, low, xt, side=1, lower=1, trans_a=0, overwrite_b=1)   # · L⁻¹: X L = ·
-    return xt.T
 
 
 def _sym(m: np.ndarray) -> np.ndarray:

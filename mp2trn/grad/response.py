@@ -211,7 +211,8 @@ class Products:
         return {"device": "the SCF's J/K builds", "products": self.products,
                 "preconditioner": self.preconditioner_used}
 
-    def occupied_columns(self, mats: list[np.ndarray]) -> list[np.ndarray]:
+    def occupied_columns(self, mats: list[np.ndarray], rows: str | None = None) -> list[np.ndarray]:
+        """Cᵀ G^σ[X^σ] C_o per channel, every row (one J/K build makes them all; ``rows`` as ResponseJK's)."""
         return [g[:, ch.occ] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]
 
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
@@ -236,7 +237,7 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
     (:meth:`ResponseJK.reduced`: the cpu's fp32 copy of the blocks, made for the solve and freed after it)
     running the inner solves. The G[P] columns come from ``products``."""
     p = unrelaxed(chans, p_occ, p_vir, x)
-    g = products.occupied_columns(p)             # (nmo, nocc) per channel
+    g = products.occupied_columns(p, rows="vir")             # (nmo, nocc) per channel: L reads the virtual rows
     lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
            for ch, xx, gg in zip(chans, x, g)]
     fallback = None
@@ -265,7 +266,7 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
         q[np.ix_(ch.vir, ch.occ)] = 0.5 * z
         q[np.ix_(ch.occ, ch.vir)] = 0.5 * z.T
         p_rel.append(q)
-    g_rel = products.occupied_columns(p_rel)
+    g_rel = products.occupied_columns(p_rel, rows="occ")     # W reads the occupied rows
     ws = []
     for ch, pp, xx, z, gg in zip(chans, p, x, zs, g_rel):
         e = ch.e

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+from scipy.linalg import blas as scipy_blas
 from pyscf import gto
 
 from ..devices import Device
 from ..devices.cpu import CpuDevice
 from ..df import DFIntegrals, _shell_ranges, unpacked_integrals
 from ..scratch import check_stopped
+from ..threads import one_blas_pool
 from ..transform import BStore
 from ..orbitals import SpinOrbitals
 
@@ -41,12 +43,31 @@ class RiTerms:
 
 
 def to_fitting_coefficients(gamma: BStore, l_chol: np.ndarray, column_block: int) -> None:
-    """Γ̄ → Γ = L⁻ᵀ Γ̄ in place, ``column_block`` columns at a time."""
+    """Γ̄ → Γ = L⁻ᵀ Γ̄ in place, ``column_block`` columns at a time (:func:`fitted_rows`: in memory, a block of
+    whole rows is solved where it lies)."""
+    low = np.asfortranarray(l_chol)
     for arr in gamma.arrays:
         ncol = arr.shape[1]
         for c0 in range(0, ncol, column_block):
             c1 = min(ncol, c0 + column_block)
-            arr[:, c0:c1] = scipy.linalg.solve_triangular(l_chol, np.asarray(arr[:, c0:c1]), lower=True, trans="T")
+            block = np.ascontiguousarray(arr[:, c0:c1])     # all of an in-memory Γ̄: the array itself
+            solved = fitted_rows(low, block, both=False)
+            if not (isinstance(arr, np.ndarray) and np.shares_memory(solved, arr)):
+                arr[:, c0:c1] = solved
+
+
+def fitted_rows(low: np.ndarray, x: np.ndarray, both: bool) -> np.ndarray:
+    """L⁻ᵀx, or with ``both`` V⁻¹x = L⁻ᵀL⁻¹x, for x (naux, ncols) C-contiguous, written over x and returned
+    C-contiguous; ``low``: L, Fortran-ordered. Solved as xᵀ from the right (BLAS trsm with ``side``), since
+    xᵀ is Fortran-ordered as it lies: no copy in and none out, so that the GEMMs after it read rows as they
+    lie (SciPy's left-side solve returned a Fortran-ordered result whose (naux·nocc, nao) reshape was a copy
+    made at every use); SciPy's BLAS pool on the cores (:func:`mp2trn.threads.one_blas_pool`)."""
+    xt = x.T
+    with one_blas_pool("scipy"):
+        if both:                                           # xᵀL⁻ᵀ: X Lᵀ = xᵀ
+            xt = scipy_blas.dtrsm(1.0, low, xt, side=1, lower=1, trans_a=1, overwrite_b=1)
+        xt = scipy_blas.dtrsm(1.0, low, xt, side=1, lower=1, trans_a=0, overwrite_b=1)   # · L⁻¹: X L = ·
+    return xt.T
 
 
 def metric_density(gamma: BStore, b: BStore, weights: list[float], l_chol: np.ndarray, column_block: int) -> np.ndarray:
