@@ -136,9 +136,11 @@ def test_cpu_gradient_with_refined_zvector_equals_the_fp64_one(molecule, monkeyp
     assert ran["products"] + ran["refined_by"]["products"] == ran["iterations"]
     assert ran["residual"] < response.ZVECTOR_TOL
     assert "fp32 copy" in refined.what_ran["gradient_memory"]["response_jkfit_mo_blocks"]
+    assert f"cpu, fp32, refined by {ran['refined_by']['products']} cpu fp64 products" in refined.what_ran["gradient_jk"]
     monkeypatch.setattr(CpuDevice, "reduced_response_itemsize", 0)     # no room planned: fp64 alone
     alone = mp2trn.run(path, basis="cc-pvdz", gradient=True)
     assert alone.what_ran["zvector"]["precision"] == "fp64" and "refined_by" not in alone.what_ran["zvector"]
+    assert "refined" not in alone.what_ran["gradient_jk"]
     assert "fp32 copy" not in alone.what_ran["gradient_memory"]["response_jkfit_mo_blocks"]
     assert np.max(np.abs(refined.gradient - alone.gradient)) < 1e-9
 

@@ -213,7 +213,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     dm_hf = np.asarray(mf.make_rdm1())
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
                 "gradient_jk": ("occupied-factor products of the JK-fit tensor (GEMMs on "
-                                f"{zvector['device']}, {zvector['precision']})" if fast else
+                                f"{zvector['device']}, {zvector['precision']}{_refined_text(zvector)})" if fast else
                                 f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
                 "zvector": zvector, "gradient_gamma_ao": f"{device.name} ({device.response_precision})",
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
@@ -223,6 +223,12 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
                           _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed, dm_hf), resp.iterations, timings, what_ran,
                           dens.energies)
+
+
+def _refined_text(zvector: dict) -> str:
+    """', refined by N cpu fp64 products' for a Z-vector whose reduced products were refined, else ''."""
+    by = zvector.get("refined_by")
+    return "" if not by else f", refined by {by['products']} {by['device']} {by['precision']} products"
 
 
 def channel_shape(ch: SpinOrbitals) -> ChannelShape:
