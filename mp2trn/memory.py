@@ -512,8 +512,9 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
                            + (3 * naux_jk + PRECONDITIONER_COLUMNS) * naux_jk * f8 + 3 * rows * nao * nao * f8)
     response_factors = factors <= avail - small
     # their reduced copy in the layouts the Z-vector's products read (B_vv once, B_ov and B_oo twice: as they
-    # lie and transposed), held during the solve only, where it fits beside them
-    copies = naux_jk * sum(c.nvir ** 2 + 2 * c.nvir * c.nocc + 2 * c.nocc ** 2 for c in chans) \
+    # lie and transposed) and its M and Y per channel (kept between products), held during the solve only,
+    # where it fits beside them
+    copies = naux_jk * sum(c.nvir ** 2 + 3 * c.nvir * c.nocc + 3 * c.nocc ** 2 for c in chans) \
         * sizes.reduced_response_itemsize
     response_reduced = response_factors and copies > 0 and factors + copies <= avail - small
     stage["response"] = small + (factors + (copies if response_reduced else 0.0) if response_factors else

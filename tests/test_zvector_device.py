@@ -229,6 +229,9 @@ def test_device_zvector_that_stalls_is_solved_again_on_the_host_and_recorded(sys
     assert same_blocks.describe()["device"] == "cpu" and same_blocks.precision == "fp64"
     want = response.relax(same_blocks, chans, p_occ, p_vir, x)
     assert "fp32 products on sim did not converge" in got.fallback and want.fallback is None
+    # what-ran names the products that made z, their own count, and the failed ones beside them
+    assert (got.zvector["device"], got.zvector["precision"]) == ("cpu", "fp64")
+    assert got.zvector["products"] == got.iterations and got.zvector["failed"]["device"] == "sim"
     for a, b in zip(got.p_relaxed, want.p_relaxed):
         assert np.max(np.abs(a - b)) < 1e-5 * np.max(np.abs(b))
 
@@ -259,14 +262,24 @@ def test_a_contraction_longer_than_sbuf_holds_is_split_over_launches(precision, 
 
 
 @pytest.mark.slow
-def test_stalled_device_zvector_gradient_stays_accurate():
-    """Hydroxyl on sim fp32x3 at conv_tol 1e-10 (a near-singular orbital Hessian): the device products stall,
-    the solve stops at the stall (ZVECTOR_STALL) and the host's fp64 products of the device-made blocks take
-    over; the gradient is within 1e-6 Eh/bohr of cpu fp64."""
+def test_near_singular_device_zvector_gradient_stays_accurate():
+    """Hydroxyl on sim fp32x3 at conv_tol 1e-10 (linear OH: a near-singular orbital Hessian). Whether the
+    device's products converge or stall — a stall stops the solve (ZVECTOR_STALL), the host's fp64 products
+    of the device-made blocks take over, a warning and what-ran say so; which one happens has moved with the
+    preconditioner's rounding (tests/test_zvector_device.py's fast stall test forces the fallback) — the
+    gradient is within 1e-6 Eh/bohr of cpu fp64."""
+    import warnings
+
     kw = dict(basis="cc-pvdz", gradient=True, conv_tol=1e-10, frozen="auto")
-    with pytest.warns(UserWarning, match="solved again with host fp64 products"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         sim = mp2trn.run(gto.M(atom=HYDROXYL, basis="cc-pvdz", spin=1, verbose=0), device="sim", precision="fp32x3", **kw)
-    assert "stalled" in sim.what_ran["zvector"]["fallback"]
+    fell_back = [w for w in caught if "solved again with host fp64 products" in str(w.message)]
+    if fell_back:
+        assert "stalled" in sim.what_ran["zvector"]["fallback"] and sim.what_ran["zvector"]["device"] == "cpu"
+    else:
+        assert "fallback" not in sim.what_ran["zvector"] and sim.what_ran["zvector"]["device"] == "sim"
+    assert sim.what_ran["zvector_residual"] < response.ZVECTOR_TOL
     cpu = mp2trn.run(gto.M(atom=HYDROXYL, basis="cc-pvdz", spin=1, verbose=0), device="cpu", precision="fp64", **kw)
     assert np.max(np.abs(sim.gradient - cpu.gradient)) < 1e-6
 

@@ -147,12 +147,13 @@ def test_cpu_gradient_with_refined_zvector_equals_the_fp64_one(molecule, monkeyp
 
 def test_plan_holds_the_reduced_copy_only_where_it_fits():
     """Inosine/cc-pVDZ's shapes: with room the response's stage counts the fp32 copy (B_vv once, B_ov and
-    B_oo twice, 4 bytes each) beside the blocks; at a budget where the blocks fit but not the copy the
-    plan keeps the blocks and declines the copy; a device without one plans none."""
+    B_oo twice, and the fp32 M and Y it keeps between products, 4 bytes each) beside the blocks; at a budget
+    where the blocks fit but not the copy the plan keeps the blocks and declines the copy; a device without
+    one plans none."""
     kw = dict(nao=326, naux=1232, max_aux_shell=7, naux_jk=1606, max_jk_shell=9,
               channels=(ChannelShape(70, 70, 256),), itemsize=8)
     with_copy, without = GradientSizes(**kw, reduced_response_itemsize=4), GradientSizes(**kw)
-    copy_mb = 1606 * (256 ** 2 + 2 * 256 * 70 + 2 * 70 ** 2) * 4 / 1e6
+    copy_mb = 1606 * (256 ** 2 + 3 * 256 * 70 + 3 * 70 ** 2) * 4 / 1e6     # and the fp32 M and Y
     roomy = plan_gradient(with_copy, 8000)
     assert roomy.response_reduced and not plan_gradient(without, 8000).response_reduced
     assert roomy.stage_mb["response"] - plan_gradient(without, 8000).stage_mb["response"] == pytest.approx(copy_mb)
@@ -176,3 +177,58 @@ def test_occupied_columns_of_some_rows_equal_those_of_all(system):
             other = np.setdiff1d(np.arange(c.nmo), pick(c))
             np.testing.assert_allclose(part[pick(c)], full[pick(c)], rtol=1e-12, atol=1e-12 * np.abs(full).max())
             assert np.all(np.isnan(part[other]))
+
+
+def test_reduced_products_where_nvir_equals_nocc():
+    """H4 in STO-3G (two occupied, two virtual orbitals): M^Q and Y^Q have one shape, and the reduced copy
+    keeps a buffer for each (one shared buffer let Y overwrite M before it was read)."""
+    mol = gto.M(atom="H 0 0 0; H 0 0 0.74; H 0 2.5 0; H 0 2.5 0.74", basis="sto-3g", verbose=0)
+    mf = scf.RHF(mol).density_fit(auxbasis="cc-pvdz-jkfit").run(conv_tol=1e-11)
+    chans = channels(mf, select_frozen(mf, None))
+    assert all(c.nvir == len(c.occ) for c in chans)
+    fp64 = cpks.ResponseJK.build(mf, chans, 2000)
+    fp32 = fp64.reduced()
+    for seed in (1, 2):                                  # the second product reuses the buffers
+        zs = _lagrangian(chans, seed)
+        for a, b in zip(fp32.zvector(zs), fp64.zvector(zs)):
+            assert np.max(np.abs(a - b)) < 1e-5 * np.max(np.abs(b))
+    got, _, residual = response.solve_zvector(fp32, chans, _lagrangian(chans), exact=fp64)
+    assert residual < response.ZVECTOR_TOL
+
+
+def test_only_fp32_products_are_refined(system):
+    """Products in fp32 (here the cpu's reduced copy standing for a device's) are refined by the host's fp64
+    products; fp64 products (cuda's default) and compensated ones solve alone, the host's only their fallback."""
+    mf, chans, fp64 = system
+    rng = np.random.default_rng(3)
+    sym = lambda n: (lambda m: (m + m.T) / 10)(rng.normal(size=(n, n)))   # noqa: E731
+    dens = ([sym(c.nact) for c in chans], [sym(c.nvir) for c in chans], [sym(c.nmo) for c in chans])
+
+    class OnDevice(cpks.ResponseJK):
+        """The blocks' products as a device in ``precision`` would run them (the host's GEMMs, so that the
+        solves compare); on_host gives the fp64 host products as for any device but the cpu."""
+
+        def __init__(self, right, precision):
+            self.__dict__.update(right.__dict__)
+            self._precision = precision
+
+        @property
+        def precision(self):
+            return self._precision
+
+        def describe(self):
+            return {**super().describe(), "device": "gpu", "precision": self._precision}
+
+        def on_host(self):
+            plain = cpks.ResponseJK.__new__(cpks.ResponseJK)
+            plain.__dict__.update(self.__dict__)
+            return plain._sharing(CpuDevice())
+
+    as_fp32 = OnDevice(fp64.reduced(), "fp32")
+    refined = response.relax(as_fp32, chans, *dens)
+    assert refined.zvector["precision"] == "fp32" and refined.zvector["refined_by"]["precision"] == "fp64"
+    for precision in ("fp64", "fp32x3"):
+        alone = response.relax(OnDevice(fp64, precision), chans, *dens)
+        assert alone.zvector is None and alone.fallback is None
+        for a, b in zip(alone.p_relaxed, refined.p_relaxed):
+            assert np.max(np.abs(a - b)) < 1e-6 * np.max(np.abs(b))     # both to the 1e-8 residual

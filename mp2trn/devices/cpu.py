@@ -324,22 +324,27 @@ class CpuDevice(Device):
         other._grouped_bufs, other._operand_copies = {}, {}
         return other
 
-    #: the reduced copy's grouped results by shape, each rewritten by the next grouped product of its shape
-    #: (the Z-vector's M and Y are read before the next product makes new ones): fresh results of ~100 MB are
-    #: new pages from the OS at every product, 0.1-0.2 s of kernel time each on the 2-core VM against 0.03 s
-    #: reused. None on the fp64 device, whose results outlive the solve in no buffer of its own
+    #: the reduced copy's grouped results by shape and kept operand, each rewritten by the next grouped product
+    #: of the same operand (the Z-vector's M and Y are read before the next product makes new ones; keyed by
+    #: operand too, since M^Q (nocc × nocc) and Y^Q (nvir × nocc) have one shape where nvir = nocc): fresh
+    #: results of ~100 MB are new pages from the OS at every product, 0.1-0.2 s of kernel time each on the
+    #: 2-core VM against 0.03 s reused. None on the fp64 device, whose results outlive the solve in no buffer
+    #: of its own
     _grouped_bufs: dict | None = None
 
-    def _grouped_out(self, shape: tuple[int, ...]) -> np.ndarray:
+    def _grouped_out(self, shape: tuple[int, ...], operand) -> np.ndarray:
         if self._grouped_bufs is None:
             return np.empty(shape, dtype=self._response_dtype)
-        buf = self._grouped_bufs.get(shape)
-        if buf is None:
-            buf = self._grouped_bufs[shape] = np.empty(shape, dtype=self._response_dtype)
-        return buf
+        key = (shape, id(operand))
+        buf = self._grouped_bufs.get(key)
+        if buf is None or buf[0] is not operand:
+            # the operand is held beside its buffer: an id is unique only while its object lives
+            buf = self._grouped_bufs[key] = (operand, np.empty(shape, dtype=self._response_dtype))
+        return buf[1]
 
-    #: the reduced copy's fp32 operands by the fp64 memory they copy (data address, elements, strides): two
-    #: layouts of one C-contiguous block — B_ov as ((Q, i), a) rows and as (Q, (i, a)) — share one copy
+    #: the reduced copy's fp32 operands by the fp64 array they copy (its base array, data address and
+    #: elements): two layouts of one C-contiguous block — B_ov as ((Q, i), a) rows and as (Q, (i, a)) — share
+    #: one copy. The base array is held beside its copy, so that no other array can take its address
     _operand_copies: dict | None = None
 
     def response_operand(self, a_t, moving=False):
@@ -348,11 +353,12 @@ class CpuDevice(Device):
         a_t = np.asarray(a_t)
         if not a_t.flags.c_contiguous:
             return np.ascontiguousarray(a_t, dtype=self._response_dtype)
-        key = (a_t.__array_interface__["data"][0], a_t.size)
-        copy_ = self._operand_copies.get(key)
-        if copy_ is None:
-            copy_ = self._operand_copies[key] = a_t.astype(self._response_dtype).ravel()
-        return copy_.reshape(a_t.shape)
+        base = a_t if a_t.base is None else a_t.base
+        key = (id(base), a_t.__array_interface__["data"][0], a_t.size)
+        held = self._operand_copies.get(key)
+        if held is None or held[0] is not base:
+            held = self._operand_copies[key] = (base, a_t.astype(self._response_dtype).ravel())
+        return held[1].reshape(a_t.shape)
 
     def response_gemm(self, a_t, b, stage="zvector"):
         t0 = time.perf_counter()
@@ -385,7 +391,7 @@ class CpuDevice(Device):
             # (m, groups, width) result copied into the row blocks, 1.9x the batched form's rate; the batched
             # one stays for k ≤ m (Y^Q: nocc × nvir), where the copy costs more than it saves
             groups = np.shape(b)[1] // width
-            out = self._grouped_out((groups, m, width))
+            out = self._grouped_out((groups, m, width), b)
             b3 = np.asarray(b).reshape(k, groups, width)
             step = max(1, int(_GROUPED_CHUNK_BYTES // (out.itemsize * m * width)))
             for g0 in range(0, groups, step):
@@ -394,7 +400,7 @@ class CpuDevice(Device):
             out = out.reshape(groups * m, width)
         else:
             groups = np.shape(b)[1] // width
-            out = self._grouped_out((groups, m, width))
+            out = self._grouped_out((groups, m, width), b)
             np.matmul(a_t.T, np.asarray(b).reshape(k, groups, width).transpose(1, 0, 2), out=out)
             out = out.reshape(groups * m, width)
         self._meter.add(stage, self.response_precision, time.perf_counter() - t0, 2.0 * out.size * a_t.shape[0])

@@ -260,6 +260,8 @@ class ResponseJK:
 
         ``rows`` "vir" or "occ": only those rows (the Lagrangian reads G[P]'s virtual rows, W the relaxed
         G's occupied ones), the others NaN; the virtual rows' B_vv product is most of the cost."""
+        if rows not in (None, "vir", "occ"):
+            raise ValueError(f"occupied_columns: rows must be None, 'vir' or 'occ', got {rows!r}")
         rho = np.zeros(self.naux)
         exchange = []
         for ch, kept, ov, vv, x in zip(self.chans, self._kept, self.b_ov, self.b_vv, mats):

@@ -128,9 +128,10 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     device_mb = device.memory_mb()
     if device_mb is not None:     # B held since the energy is the sweep's B (or is freed when not taken)
         device_mb += device.held_mb()
+    # the reduced copy of the response's blocks only where the solve takes it (not the ROHF one's)
+    reduced_itemsize = device.reduced_response_itemsize if orbs is mf else 0
     plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
-                                        device.storage_dtype.itemsize, device.reduced_response_itemsize),
-                         max_memory, device_mb)
+                                        device.storage_dtype.itemsize, reduced_itemsize), max_memory, device_mb)
     timings: dict[str, float] = {}
     reused: dict[str, str] = {}
     t0 = time.perf_counter()

@@ -88,6 +88,8 @@ ZVECTOR_STALL = 100.0
 REFINE_INNER_TOL = 1e-4
 #: refinement cycles (one fp64 product each) at most
 REFINE_CYCLES = 8
+#: the products' precisions whose Z-vector is refined by fp64 products (fp32x3 reaches 1e-8 alone)
+REFINED_PRECISIONS = ("fp32",)
 
 
 def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.ndarray], tol: float = ZVECTOR_TOL,
@@ -146,7 +148,8 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
         if res < tol * norm:
             return split(x), count, res / norm
     raise ConvergenceError(f"the Z-vector's refinement did not converge in {REFINE_CYCLES} cycles (relative residual "
-                           f"{res / norm:.1e}); the SCF may be unstable (a lower-energy solution exists)")
+                           f"{res / norm:.1e}): the reduced-precision products do not solve for the fp64 ones, or the "
+                           "SCF is unstable (a lower-energy solution exists)")
 
 
 def _pcg(apply, precondition, rhs: np.ndarray, tol: float, max_iter: int,
@@ -169,8 +172,8 @@ def _pcg(apply, precondition, rhs: np.ndarray, tol: float, max_iter: int,
             return x, it, res
         lowest = min(lowest, res)
         if stall is not None and res > stall * lowest:
-            raise ConvergenceError(f"the Z-vector stalled after {it} products (relative residual {res / norm:.1e}, "
-                                   f"{res / lowest:.0f}x its lowest, {lowest / norm:.1e})")
+            raise ConvergenceError(f"the Z-vector stalled after {it} products (residual {res / norm:.1e} of its "
+                                   f"right-hand side, {res / lowest:.0f}x its lowest, {lowest / norm:.1e})")
         z = precondition(r)
         rz_new = float(r @ z)
         p = z + (rz_new / rz) * p
@@ -232,7 +235,8 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
     relative residual, in fp64 whatever the products' precision.
 
     Reduced-precision products are refined by fp64 ones (:func:`solve_zvector`'s ``exact``): ``products``
-    in reduced precision (sim, cuda fp32) by their host fp64 version (:meth:`ResponseJK.on_host`), or, with
+    in a precision of :data:`REFINED_PRECISIONS` (sim, neuron or cuda in fp32) by their host fp64 version
+    (:meth:`ResponseJK.on_host`; fp32x3 and fp64 products solve alone, the host's a fallback), or, with
     ``reduced`` (the memory plan's room for it), fp64 ``products`` by themselves with their reduced version
     (:meth:`ResponseJK.reduced`: the cpu's fp32 copy of the blocks, made for the solve and freed after it)
     running the inner solves. The G[P] columns come from ``products``."""
@@ -240,26 +244,35 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
     g = products.occupied_columns(p, rows="vir")             # (nmo, nocc) per channel: L reads the virtual rows
     lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
            for ch, xx, gg in zip(chans, x, g)]
-    fallback = None
-    host = products.on_host()
+    fallback = failed = None
+    host = products.on_host()          # the same blocks through the host's fp64 GEMMs (None: these are they)
+    # reduced-precision products are refined by fp64 ones (REFINED_PRECISIONS): the device's by the host's; on
+    # the cpu the fp64 products by themselves, with their fp32 copy running the inner solves
     inner = products.reduced() if reduced and host is None else None
-    reduced, exact = (inner, products) if inner is not None else (products, host)
+    if inner is not None:
+        solver, exact = inner, products
+    else:
+        solver = products
+        exact = host if products.describe().get("precision") in REFINED_PRECISIONS else None
+    fp64 = exact if exact is not None else host          # what solves alone if these stall
     try:
-        zs, iterations, residual = solve_zvector(reduced, chans, lag, tol,
-                                                 stall=None if exact is None else ZVECTOR_STALL, exact=exact)
+        zs, iterations, residual = solve_zvector(solver, chans, lag, tol,
+                                                 stall=None if fp64 is None else ZVECTOR_STALL, exact=exact)
     except ConvergenceError as err:
         # reduced-precision products near an unstable SCF (sim fp32x3 hydroxyl at --conv-tol 1e-10: a
         # near-singular orbital Hessian, 20 host fp64 products) can stall; the fp64 GEMMs of the same
         # blocks then solve it alone, and what-ran and a warning say so
-        if exact is None:
+        if fp64 is None:
             raise
-        fallback = (f"the {reduced.describe().get('precision')} products on {reduced.describe().get('device')} "
-                    f"did not converge ({err}); solved again with host fp64 products")
+        failed = solver.describe()
+        fallback = (f"the {failed.get('precision')} products on {failed.get('device')} did not converge ({err}); "
+                    "solved again with host fp64 products")
         warnings.warn(fallback, stacklevel=2)
-        zs, iterations, residual = solve_zvector(exact, chans, lag, tol)
-        exact = None
+        before = fp64.describe().get("products", 0)
+        zs, iterations, residual = solve_zvector(fp64, chans, lag, tol)
+        fallback_products = fp64.describe().get("products", 0) - before
     inner_ran = None if inner is None else inner.describe()
-    reduced = inner = None         # an inner solve's fp32 copy goes before the next products
+    solver = inner = None         # an inner solve's fp32 copy goes before the next products
     p_rel = []
     for ch, pp, z in zip(chans, p, zs):
         q = pp.copy()
@@ -280,8 +293,12 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
         w = 0.5 * (w + w.T)
         w[np.ix_(ch.occ, ch.occ)] += gg[ch.occ]
         ws.append(w)
-    ran = None if exact is None else ({**inner_ran, "refined_by": products.describe()} if inner_ran is not None
-                                      else {**products.describe(), "refined_by": exact.describe()})
-    if ran is not None:           # the refining products take the inner solves' preconditioner, none of their own
-        ran["refined_by"].pop("preconditioner", None)
+    if failed is not None:        # z is the fp64 products' alone: theirs the record, the failed solve's beside it
+        ran = {**fp64.describe(), "products": fallback_products, "failed": failed}
+    elif exact is None:
+        ran = None
+    else:
+        ran = ({**inner_ran, "refined_by": products.describe()} if inner_ran is not None
+               else {**products.describe(), "refined_by": exact.describe()})
+        ran["refined_by"].pop("preconditioner", None)    # the inner solves' preconditioner steers both
     return Response(p_rel, p, ws, iterations, residual, fallback, ran)
