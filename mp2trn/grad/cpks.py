@@ -31,8 +31,11 @@ in the layouts the next products contract and stay in device memory, so an itera
 (M, N)-sized results between host and device (before, Y — naux·nocc·nvir — came to the host, was transposed
 there and sent back at every iteration). The products run in the device's precision (sim: the ``gemm``
 kernel in fp32 or ``gemm_x3`` in fp32x3, a resident pair re-split on the chip by ``resplit_x3``; cuda:
-torch; cpu: fp64), the solver's vectors and sums in fp64 on the host. The G[X] columns for the Lagrangian
-and W are device GEMMs of the same blocks (:meth:`ResponseJK.occupied_columns`, two per gradient).
+torch; cpu: fp64), the solver's vectors and sums in fp64 on the host; fp32 products run the inner solves of
+an iterative refinement by fp64 ones (:func:`mp2trn.grad.response.solve_zvector`), and on the cpu so do the
+SGEMMs of an fp32 copy of the blocks where the memory plan has room (:meth:`ResponseJK.reduced`). The G[X]
+columns for the Lagrangian and W are device GEMMs of the same blocks (:meth:`ResponseJK.occupied_columns`,
+two per gradient, each for the rows it reads).
 """
 
 from __future__ import annotations
