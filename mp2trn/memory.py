@@ -343,10 +343,10 @@ class GradientPlan:
     fitting functions per block of the fitting-basis pass; ``response_factors``: the response's MO blocks of
     the JK-fit tensor in memory (else generic J/K builds, which resident-or-stream the tensor by the SCF's
     own plan), ``factor_chunk_mb``: the row chunk their tensor is solved in; ``response_reduced``: room beside
-    the blocks for their reduced-precision copy (the Z-vector's inner solves, refined in fp64); ``jk_half_incore``: the JK-fit
-    pass's (P|iμ) per channel in memory (else HDF5), ``jk_columns``: occupied orbitals per column block of
-    its metric solve, ``jk_aux_block``: JK-fit functions per derivative-integral block; ``stage_mb``: the
-    planned peak of each stage (MB, arrays mp2trn allocates)."""
+    the blocks for their reduced-precision copy (the Z-vector's inner solves, refined in fp64);
+    ``jk_half_incore``: the JK-fit pass's (P|iμ) per channel in memory (else HDF5), ``jk_columns``: occupied
+    orbitals per column block of its metric solve, ``jk_aux_block``: JK-fit functions per derivative-integral
+    block; ``stage_mb``: the planned peak of each stage (MB, arrays mp2trn allocates)."""
 
     budget_mb: float
     b_blocks: BlockPlan

@@ -327,9 +327,9 @@ class CpuDevice(Device):
     #: the reduced copy's grouped results by shape and kept operand, each rewritten by the next grouped product
     #: of the same operand (the Z-vector's M and Y are read before the next product makes new ones; keyed by
     #: operand too, since M^Q (nocc × nocc) and Y^Q (nvir × nocc) have one shape where nvir = nocc): fresh
-    #: results of ~100 MB are new pages from the OS at every product, 0.1-0.2 s of kernel time each on the
-    #: 2-core VM against 0.03 s reused. None on the fp64 device, whose results outlive the solve in no buffer
-    #: of its own
+    #: results of ~100 MB would be new pages from the OS at every product, whose faults cost more kernel time
+    #: than the fp32 GEMM itself on the 2-core VM. None on the fp64 device, whose results outlive the solve in
+    #: no buffer of its own
     _grouped_bufs: dict | None = None
 
     def _grouped_out(self, shape: tuple[int, ...], operand) -> np.ndarray:
@@ -366,8 +366,9 @@ class CpuDevice(Device):
         b = np.asarray(b, dtype=a_t.dtype) if self._response_dtype != np.float64 else b
         k, m = a_t.shape
         if b.shape[1] < m and k >= _LONG_INNER * m:
-            # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result; OpenBLAS runs
-            # them 1.2-1.4x faster as (bᵀ a_t)ᵀ (scripts/bench_zvector.py --gemms)
+            # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result; as (bᵀ a_t)ᵀ
+            # OpenBLAS ran them 1.2-1.4x faster on the machine that chose this form, 0.69-0.72x on the 2-core
+            # AMD EPYC VM of 2026-11-28 (scripts/bench_zvector.py --gemms measures both on a machine)
             out = np.ascontiguousarray((b.T @ a_t).T, dtype=np.float64)
         else:
             out = np.asarray(a_t.T @ b, dtype=np.float64)
@@ -386,23 +387,20 @@ class CpuDevice(Device):
         t0 = time.perf_counter()
         a_t = np.asarray(a_t, dtype=self._response_dtype)
         k, m = a_t.shape
+        groups = np.shape(b)[1] // width
+        out = self._grouped_out((groups, m, width), b)
+        b3 = np.asarray(b).reshape(k, groups, width)
         if k > m:
             # a small a_t (M^Q: nvir × nocc) against every group: one GEMM over a chunk of groups, then its
             # (m, groups, width) result copied into the row blocks, 1.9x the batched form's rate; the batched
             # one stays for k ≤ m (Y^Q: nocc × nvir), where the copy costs more than it saves
-            groups = np.shape(b)[1] // width
-            out = self._grouped_out((groups, m, width), b)
-            b3 = np.asarray(b).reshape(k, groups, width)
             step = max(1, int(_GROUPED_CHUNK_BYTES // (out.itemsize * m * width)))
             for g0 in range(0, groups, step):
                 g1 = min(groups, g0 + step)
                 out[g0:g1] = (a_t.T @ b3[:, g0:g1].reshape(k, -1)).reshape(m, g1 - g0, width).transpose(1, 0, 2)
-            out = out.reshape(groups * m, width)
         else:
-            groups = np.shape(b)[1] // width
-            out = self._grouped_out((groups, m, width), b)
-            np.matmul(a_t.T, np.asarray(b).reshape(k, groups, width).transpose(1, 0, 2), out=out)
-            out = out.reshape(groups * m, width)
+            np.matmul(a_t.T, b3.transpose(1, 0, 2), out=out)
+        out = out.reshape(groups * m, width)
         self._meter.add(stage, self.response_precision, time.perf_counter() - t0, 2.0 * out.size * a_t.shape[0])
         return out
 

@@ -171,8 +171,7 @@ class ResponseJK:
         D_x = :meth:`diagonal` − 2w (ak|ak), floored at a tenth of ε_a − ε_k so that M stays positive
         definite. Applied by Woodbury's identity, M⁻¹ = D_x⁻¹ − D_x⁻¹ U S⁻¹ Uᵀ D_x⁻¹ with S = 1 + Uᵀ D_x⁻¹ U
         (naux × naux: naux²·nocc·nvir FLOPs, an fp32 syrk summed in fp64; inverted once through its Cholesky
-        factor); each
-        application 2·channels + 1 GEMVs. None (the solver then divides by :meth:`diagonal`) where some
+        factor); each application 2·channels + 1 GEMVs. None (the solver then divides by :meth:`diagonal`) where some
         ε_a − ε_k is not positive (a non-aufbau SCF): the floor would not keep M positive definite. Inosine/cc-pVDZ: 16 products to the 1e-8 residual against 20 with the diagonal alone
         (``scripts/bench_zvector.py``)."""
         gaps = np.concatenate([(ch.e[ch.vir][:, None] - ch.e[ch.occ][None, :]).ravel() for ch in self.chans])
