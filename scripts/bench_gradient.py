@@ -29,7 +29,7 @@ INOSINE = ROOT / "molecules" / "gpu4pyscf" / "organic" / "031_Inosine.xyz"
 STAGES = [("gradient_b", "B: the energy's taken over (else built again: AO→MO transform, metric solve)", "device"),
           ("gradient_pairs", "pair sweep: P_ij, P_ab, Γ (O(N⁵))", "device"),
           ("gradient_ri", "RI pass: Lagrangian X and RI derivative integrals", "host/device"),
-          ("gradient_response", "Z-vector and G[P] (occupied-factor J/K products)", "host fp64"),
+          ("gradient_response", "Z-vector and G[P] (occupied-factor J/K products)", "device: see the Z-vector line"),
           ("gradient_integrals", "JK-fit and one-electron derivative integrals", "host (libcint)")]
 
 

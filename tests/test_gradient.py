@@ -288,3 +288,22 @@ def test_sim_device_compensated_gradient_matches_finite_differences():
     assert result.what_ran["gradient_pairs"] == "sim (fp32)"
     fd = finite_difference(mol, frozen="auto")
     assert np.max(np.abs(result.gradient - fd)) < 1e-6
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 37])
+def test_symmetric_product_from_its_lower_blocks_equals_the_full_gemm(n):
+    """The JK-fit pass's d (1 ⊗ Z) dᵀ from its lower block triangle: the full product to rounding, exactly
+    symmetric, added to what the output held (sizes with empty, single-row and uneven blocks)."""
+    from mp2trn.grad.jk_terms import _add_symmetric_product
+
+    rng = np.random.default_rng(n)
+    nao, nocc = 5, 3
+    d = rng.normal(size=(n, nocc * nao))
+    z = rng.normal(size=(nao, nao))
+    c = (d.reshape(-1, nao) @ (z + z.T)).reshape(n, -1)
+    held = rng.normal(size=(n, n))
+    held = held + held.T
+    out = held.copy()
+    _add_symmetric_product(out, d, c)
+    assert np.max(np.abs(out - (held + d @ c.T))) < 1e-12 * max(1.0, np.max(np.abs(d @ c.T)))
+    assert np.array_equal(out, out.T)

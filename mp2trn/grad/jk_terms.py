@@ -98,7 +98,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
                 cols = slice(i0 * nao, min(o.shape[1], i0 + step) * nao)
                 d = fitted_rows(low, np.ascontiguousarray(arr[:, cols]), both=not from_tensor)
                 c = (d.reshape(-1, nao) @ z).reshape(naux, -1)
-                dc += d @ c.T
+                _add_symmetric_product(dc, d, c)
                 del d
                 arr[:, cols] = c
                 del c
@@ -126,6 +126,26 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
     return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
+
+
+#: row blocks of :func:`_add_symmetric_product`: the GEMMs make (blocks + 1) / (2·blocks) of the product
+_SYMMETRIC_BLOCKS = 8
+
+
+def _add_symmetric_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """out += a bᵀ (n, n) for a, b (n, m) whose product is symmetric (here d (1 ⊗ Z) dᵀ with Z symmetric):
+    the lower block triangle by one GEMM per row block, the rest its transpose — 56 % of the full GEMM's flops
+    (JK-fit pass, Inosine/cc-pVDZ: 1.2·10¹¹ flops in full)."""
+    n = a.shape[0]
+    edges = [n * k // _SYMMETRIC_BLOCKS for k in range(_SYMMETRIC_BLOCKS + 1)]
+    low = np.zeros((n, n))
+    for r0, r1 in zip(edges[:-1], edges[1:]):
+        if r1 > r0:
+            low[r0:r1, :r1] = a[r0:r1] @ b[:r1].T
+    for r0, r1 in zip(edges[:-1], edges[1:]):       # the diagonal blocks' upper triangles: their own transposes
+        low[r0:r1, r0:r1] = np.tril(low[r0:r1, r0:r1])
+    out += low
+    out += np.tril(low, -1).T
 
 
 def _sym(m: np.ndarray) -> np.ndarray:

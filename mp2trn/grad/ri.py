@@ -152,7 +152,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
         p = p1 - p0
         # ((P, ν), μ) = (P|νμ) = (P|μν): its transpose is the (μ, (P, ν)) operand, a view (no copy)
         ao_flat = ao.reshape(p * nao, nao)
-        sym = np.zeros((p, nao, nao)) if derivatives else None       # Σ_ch w (Γ^P_μν + Γ^P_νμ)
+        sym = None                                                   # Σ_ch w (Γ^P_μν + Γ^P_νμ)
         for ch, x, g_store, c_o_kept in zip(channels, xs, gamma.arrays, occupied or [None] * len(channels)):
             g = np.asarray(g_store[p0:p1], dtype=np.float64).reshape(p, ch.nact, ch.nvir)
             c_o, c_v = ch.c[:, ch.act], ch.c[:, ch.vir]
@@ -169,8 +169,11 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
                 back = device.response_gemm(c_o_kept, rows, "grad_gamma").reshape(nao, p, nao)
                 if ch.weight != 1.0:
                     back *= ch.weight
-                sym += back.transpose(1, 0, 2)
-                sym += back.transpose(1, 2, 0)
+                if sym is None:      # the first channel's sum written in one pass over sym (no zeroed array first)
+                    sym = np.add(back.transpose(1, 0, 2), back.transpose(1, 2, 0), out=np.empty((p, nao, nao)))
+                else:
+                    sym += back.transpose(1, 0, 2)
+                    sym += back.transpose(1, 2, 0)
                 del back
         del ao, ao_flat
         if not derivatives:
