@@ -21,7 +21,9 @@ Parts (each timed ``--repeat`` times in this process, the fastest kept; fp64):
   the integrals half-transformed to (P|iμ) first (:func:`mp2trn.grad.ri.ri_pass`);
 - ``syrk``: the Z-vector preconditioner's S = Σ x xᵀ over B_ov's scaled columns (naux_jk × nocc·nvir, in
   chunks of ``PRECONDITIONER_COLUMNS``), in fp64 against fp32 summed in fp64
-  (:meth:`mp2trn.grad.cpks.ResponseJK.preconditioner`).
+  (:meth:`mp2trn.grad.cpks.ResponseJK.preconditioner`);
+- ``dc``: the JK-fit pass's Σ_iμ d_P,iμ c_Q,iμ (naux_jk × naux_jk over nocc·nao, c = d (1 ⊗ Z), Z symmetric) as
+  one GEMM against its lower block triangle mirrored (:func:`mp2trn.grad.jk_terms._add_symmetric_product`).
 
 Sizes come from the molecule (``--xyz``, cc-pVDZ); the orbitals are random orthonormal columns (the timings
 do not depend on their values).
@@ -43,7 +45,7 @@ from mp2trn.grad.ri import fitted_rows
 from mp2trn.memory import prefaulted_empty
 from mp2trn.threads import one_blas_pool, one_thread_each
 
-PARTS = ("ip1", "gather", "solve", "trsm", "vv", "xta", "syrk")
+PARTS = ("ip1", "gather", "solve", "trsm", "vv", "xta", "syrk", "dc")
 
 
 def best(fn, repeat: int) -> float:
@@ -211,6 +213,21 @@ def part_syrk(sizes, repeat):
         print(f"syrk {np.dtype(dtype).name}: {best(syrk, repeat):.3f} s")
 
 
+def part_dc(sizes, repeat):
+    from mp2trn.grad.jk_terms import _add_symmetric_product
+    naux, nocc, nao = sizes["naux_jk"], sizes["nocc"], sizes["nao"]
+    rng = np.random.default_rng(5)
+    d = rng.random((naux, nocc * nao))
+    z = rng.random((nao, nao))
+    c = (d.reshape(-1, nao) @ (z + z.T)).reshape(naux, -1)
+
+    def lower_blocks():
+        _add_symmetric_product(np.zeros((naux, naux)), d, c)
+
+    for name, fn in (("one GEMM (before)", lambda: d @ c.T), ("lower block triangle (jk_terms)", lower_blocks)):
+        print(f"dc {name}: {best(fn, repeat):.3f} s")
+
+
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo on Linux), else what the platform module says."""
     try:
@@ -246,6 +263,8 @@ def main() -> None:
             part_xta(mol, sizes, args.repeat)
         elif name == "syrk":
             part_syrk(sizes, args.repeat)
+        elif name == "dc":
+            part_dc(sizes, args.repeat)
         else:
             part_vv(sizes, args.repeat)
 
