@@ -111,6 +111,71 @@ def gemm_rates(refresh: bool = False) -> dict[str, Any]:
     return {**entry, "key": key, "cache": str(path)}
 
 
+#: the long-inner product timed by :func:`long_inner_transposed`: (K, M, N) of a_tᵀ b with a_t (K, M), b (K, N) —
+#: the Z-vector's exchange products' shape (Inosine/cc-pVDZ: K = 4·10⁵ or 10⁵, M = nvir = 256, N = nocc = 70)
+#: at a K whose operands take ~80 MB (fp64) and whose product ~10 ms. N is not a power of two on purpose: on
+#: the 2-core AMD EPYC VM the two forms tied at N = 64 and differed at N = 70 as at Inosine's own shape
+#: (``python scripts/bench_zvector.py --gemms`` prints all three)
+LONG_INNER_SHAPE = (1 << 15, 256, 70)
+#: the transposed form is taken only when it is this much faster (a tie keeps the plain form)
+_LONG_INNER_MARGIN = 1.05
+#: this process's answers by (machine key, precision): the cache file is read once
+_long_inner: dict[tuple[str, str], bool] = {}
+
+
+def measure_long_inner(dtype, shape: tuple[int, int, int] = LONG_INNER_SHAPE,
+                       repeats: int = _REPEATS) -> dict[str, float]:
+    """GFLOP/s of a_tᵀ b over a long inner dimension (``shape`` = (K, M, N)) in ``dtype`` on NumPy's BLAS pool,
+    as it is written ("plain") and as (bᵀ a_t)ᵀ ("transposed"), best of ``repeats`` each after a warm-up,
+    the two taking turns."""
+    from .threads import one_blas_pool
+
+    k, m, n = shape
+    rng = np.random.default_rng(1)
+    a_t = rng.standard_normal((k, m)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    forms = {"plain": lambda: a_t.T @ b, "transposed": lambda: np.ascontiguousarray((b.T @ a_t).T)}
+    best = dict.fromkeys(forms, float("inf"))
+    with one_blas_pool("numpy"):
+        for fn in forms.values():
+            fn()
+        for _ in range(repeats):
+            for name, fn in forms.items():
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: 2.0 * k * m * n / t / 1e9 for name, t in best.items()}
+
+
+def long_inner_transposed(precision: str) -> bool:
+    """Whether a (M, N) product a_tᵀ b over a long inner dimension (K ≫ M > N: the Z-vector's exchange
+    products, :meth:`mp2trn.devices.cpu.CpuDevice.response_gemm`) runs faster on this machine as (bᵀ a_t)ᵀ.
+    The BLAS picks other kernels for the two forms, and which wins depends on the machine: (bᵀ a_t)ᵀ ran
+    1.2-1.4× faster where it was first adopted, 0.7× on the 2-core AMD EPYC VM of docs/benchmarks.md
+    (``python scripts/bench_zvector.py --gemms``). Timed once per machine (:func:`measure_long_inner`, a few
+    tenths of a second) and kept in its entry of the rates' cache, once per process after that."""
+    key = machine_key()
+    if (key, precision) in _long_inner:
+        return _long_inner[(key, precision)]
+    path = cache_path()
+    cached = _read_cache(path)
+    if key not in cached.get("machines", {}):     # the machine's entry first (the cost report reads it too)
+        gemm_rates()
+        cached = _read_cache(path)
+    entry = cached.get("machines", {}).get(key)
+    rates = (entry or {}).get("long_inner", {}).get(precision)
+    if rates is None:
+        rates = measure_long_inner(np.float32 if precision == "fp32" else np.float64)
+        if entry is not None:      # kept beside the GEMM rates
+            entry = {**entry, "long_inner": {**entry.get("long_inner", {}), precision: rates}}
+            try:
+                write_json_atomic(path, {"version": _VERSION, "machines": {**cached["machines"], key: entry}})
+            except OSError:        # an unwritable cache costs a measurement per process, not the run
+                pass
+    _long_inner[(key, precision)] = rates["transposed"] > _LONG_INNER_MARGIN * rates["plain"]
+    return _long_inner[(key, precision)]
+
+
 def _read_cache(path: Path) -> dict[str, Any]:
     """The cache document, or an empty one when it is missing, unreadable or of another schema."""
     try:
@@ -184,5 +249,6 @@ def roofline_report(stages: dict[tuple[str, str], tuple[float, float, int]], rat
     return out
 
 
-__all__ = ["GEMM_N", "StageMeter", "blas_threads", "cache_path", "gemm_rates", "machine_key", "measure_gemm_rate",
+__all__ = ["GEMM_N", "LONG_INNER_SHAPE", "StageMeter", "blas_threads", "cache_path", "gemm_rates", "long_inner_transposed",
+           "machine_key", "measure_gemm_rate", "measure_long_inner",
            "roofline_report"]

@@ -23,7 +23,9 @@ own stopping rule says done, and reports the true relative residual ‖L + A z�
 ``--gemms`` instead times the cpu device's Z-vector products on random operands of one product's shapes
 (default Inosine/cc-pVDZ's: naux 1606, nocc 70, nvir 256; ``--sizes NAUX NOCC NVIR``) against the same
 products as the base class computes them (``a_tᵀ b``; the grouped one as a batched matmul), round robin
-with a DGEMM for the share of its rate, and prints GFLOP/s per form.
+with a DGEMM for the share of its rate, and prints GFLOP/s per form; then the two forms of a long-inner
+product (:func:`mp2trn.roofline.measure_long_inner`) at the shape the cpu's per-machine choice times, at the
+same with N = 64, and at Σ_Q B_vv Y's, with the form the cpu device takes on this machine.
 
 ``--refine`` instead solves each run's system (cpu) with fp64 PCG and with fp32 inner solves refined by fp64
 products (:func:`mp2trn.grad.response.solve_zvector`'s ``exact``; the inner solves' tolerance
@@ -190,7 +192,7 @@ def gemms(naux: int, nocc: int, nvir: int, repeat: int) -> None:
     """The cpu device's forms of one Z-vector product's GEMMs against the base class's (module docstring)."""
     from mp2trn.devices.base import Device
     from mp2trn.devices.cpu import CpuDevice
-    from mp2trn.roofline import measure_gemm_rate
+    from mp2trn.roofline import LONG_INNER_SHAPE, long_inner_transposed, measure_gemm_rate, measure_long_inner
     rng = np.random.default_rng(1)
     dev = CpuDevice()
     z = rng.standard_normal((nvir, nocc))
@@ -227,6 +229,15 @@ def gemms(naux: int, nocc: int, nvir: int, repeat: int) -> None:
         mine, base = best[name, "cpu device"], best[name, "base class"]
         print(f"| {name} | {mine:.0f} ({100 * mine / rate:.0f} %) | {base:.0f} ({100 * base / rate:.0f} %) | "
               f"{mine / base:.2f} |")
+    # the per-machine timing that picks the cpu's long-inner form, at its own shape and at Σ_Q B_vv Y's
+    print("\n| long-inner a_tᵀ b (K, M, N) | dtype | plain GFLOP/s | (bᵀ a_t)ᵀ GFLOP/s | the cpu device takes |")
+    print("|---|---|---:|---:|---|")
+    k, m, n = LONG_INNER_SHAPE
+    for shape in (LONG_INNER_SHAPE, (k, m, 64), (naux * nvir, nvir, nocc)):
+        for dtype, precision in ((np.float64, "fp64"), (np.float32, "fp32")):
+            forms = measure_long_inner(dtype, shape=shape, repeats=repeat)
+            print(f"| {shape} | {precision} | {forms['plain']:.0f} | {forms['transposed']:.0f} | "
+                  f"{'(bᵀ a_t)ᵀ' if long_inner_transposed(precision) else 'a_tᵀ b'} |")
 
 
 def refine(paths: list[str], memory: float) -> None:

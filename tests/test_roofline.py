@@ -134,3 +134,48 @@ def test_a_busy_machines_cached_rate_is_measured_again_and_only_raised(cache_dir
     faster = roofline.StageMeter()
     faster.add("pairs", "fp64", 1.0, 120e9)               # beats even the re-measured rate: once per entry
     assert faster.report()["stages"]["pairs:fp64"]["share_of_gemm"] == pytest.approx(120 / 90)
+
+
+def test_long_inner_form_timed_once_per_machine_and_kept_in_its_cache_entry(cache_dir, monkeypatch):
+    """The Z-vector's long-inner product form: timed once per machine and precision (beside the GEMM rates,
+    whose entry it makes when there is none), read back from the file by a new process, and the transposed
+    form taken only when clearly faster."""
+    monkeypatch.setattr(roofline, "_long_inner", {})
+    monkeypatch.setattr(roofline, "measure_gemm_rate", lambda dtype: 10.0)
+    calls = []
+    forms = {"float64": {"plain": 90.0, "transposed": 70.0}, "float32": {"plain": 150.0, "transposed": 180.0}}
+    monkeypatch.setattr(roofline, "measure_long_inner",
+                        lambda dtype: calls.append(np.dtype(dtype).name) or forms[np.dtype(dtype).name])
+    assert roofline.long_inner_transposed("fp64") is False and roofline.long_inner_transposed("fp32") is True
+    assert roofline.long_inner_transposed("fp64") is False and calls == ["float64", "float32"]
+    entry = json.loads((cache_dir / "mp2trn" / "gemm_rates.json").read_text())["machines"][roofline.machine_key()]
+    assert entry["fp64"] == 10.0 and entry["long_inner"] == {"fp64": forms["float64"], "fp32": forms["float32"]}
+    monkeypatch.setattr(roofline, "_long_inner", {})                          # a new process reads the file
+    assert roofline.long_inner_transposed("fp32") is True and len(calls) == 2
+    monkeypatch.setattr(roofline, "_long_inner", {})
+    forms["float64"] = {"plain": 100.0, "transposed": 103.0}                  # within the margin: plain
+    monkeypatch.setattr(roofline, "blas_threads", lambda: 97)                 # another machine key
+    assert roofline.long_inner_transposed("fp64") is False and len(calls) == 3
+
+
+def test_a_real_long_inner_product_is_timed():
+    rates = roofline.measure_long_inner(np.float64, shape=(4096, 64, 16), repeats=1)
+    assert set(rates) == {"plain", "transposed"} and all(0.01 < r < 1e5 for r in rates.values())
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_cpu_response_gemm_gives_the_same_product_in_either_form(monkeypatch, precision):
+    """Whichever long-inner form the machine's timing picks, the product is a_tᵀ b (fp64 out)."""
+    import mp2trn.devices.cpu as cpu
+
+    rng = np.random.default_rng(3)
+    a_t, b = rng.standard_normal((64 * 40 + 7, 40)), rng.standard_normal((64 * 40 + 7, 9))
+    device = get_device("cpu")
+    if precision == "fp32":
+        device = device.reduced_response()
+    expected = a_t.T @ b
+    tol = 1e-12 if precision == "fp64" else 1e-5
+    for transposed in (False, True):
+        monkeypatch.setattr(cpu, "long_inner_transposed", lambda p, t=transposed: t)
+        got = device.response_gemm(device.response_operand(a_t), b)
+        assert got.dtype == np.float64 and np.max(np.abs(got - expected)) < tol * np.max(np.abs(expected))

@@ -20,7 +20,7 @@ from scipy.linalg import blas as scipy_blas
 
 from ..memory import prefaulted_empty
 from ..packed import UNPACK_CHUNK_BYTES, coulomb_weights, nao_of_pairs
-from ..roofline import StageMeter
+from ..roofline import StageMeter, long_inner_transposed
 from ..threads import blas_threads, one_blas_pool, one_thread_each
 from .base import Device, PairDensities
 
@@ -365,10 +365,9 @@ class CpuDevice(Device):
         a_t = np.asarray(a_t)
         b = np.asarray(b, dtype=a_t.dtype) if self._response_dtype != np.float64 else b
         k, m = a_t.shape
-        if b.shape[1] < m and k >= _LONG_INNER * m:
-            # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result; as (bᵀ a_t)ᵀ
-            # OpenBLAS ran them 1.2-1.4x faster on the machine that chose this form, 0.69-0.72x on the 2-core
-            # AMD EPYC VM of 2026-11-28 (scripts/bench_zvector.py --gemms measures both on a machine)
+        if b.shape[1] < m and k >= _LONG_INNER * m and long_inner_transposed(self.response_precision):
+            # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result, in the form
+            # this machine's BLAS runs faster (timed once per machine: mp2trn.roofline.long_inner_transposed)
             out = np.ascontiguousarray((b.T @ a_t).T, dtype=np.float64)
         else:
             out = np.asarray(a_t.T @ b, dtype=np.float64)
@@ -641,7 +640,8 @@ class CpuDevice(Device):
 
 #: occupied orbitals k per amplitude GEMM of the gradient's pair sweep (:meth:`CpuDevice._pair_densities`)
 _SWEEP_COLUMNS = 2
-#: an inner dimension this many times the result's rows: :meth:`CpuDevice.response_gemm` computes (bᵀ a_t)ᵀ
+#: an inner dimension this many times the result's rows: :meth:`CpuDevice.response_gemm` computes (bᵀ a_t)ᵀ where
+#: this machine runs that form faster (:func:`mp2trn.roofline.long_inner_transposed`)
 _LONG_INNER = 64
 #: bytes of one chunk of a grouped product's result (a few MB: the copy into row blocks reads it from cache)
 _GROUPED_CHUNK_BYTES = 4e6
