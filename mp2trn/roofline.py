@@ -13,7 +13,8 @@ deleting the file) measures again. A new measurement keeps the higher of the old
 machine has an entry of its own), and a report whose stage ran faster than the cached rate — a share above
 1, which says the cached rate was taken on a busy machine — measures again before it is made
 (:meth:`StageMeter.report`), once per entry: a stage that beats even an idle square GEMM (a small fp32
-GEMM can) then reports its share above 1 instead of measuring at every run.
+GEMM can) then reports its share above 1 instead of measuring at every run. The same entry keeps which form
+of the Z-vector's long-inner products this machine runs faster (:func:`long_inner_transposed`).
 
 Counted arithmetic per stage (flops; elementwise work, unpacking and copies not counted, so that their
 time shows as a lower share): SCF J/K per block of p rows: Z = Cᵀ B_P 2·p·nao²·n, the exchange syrk
