@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,9 @@ def gemm_rates(refresh: bool = False) -> dict[str, Any]:
                  "fp32": max(measure_gemm_rate(np.float32), old.get("fp32", 0.0)), "n": GEMM_N,
                  "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                 **({"remeasured": True} if old else {})}
+                 **({"remeasured": True} if old else {}),
+                 # the long-inner forms' timing is not redone by a refresh of the rates
+                 **({"long_inner": entry["long_inner"]} if entry and "long_inner" in entry else {})}
         machines = {**cached.get("machines", {}), key: entry}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +125,8 @@ LONG_INNER_SHAPE = (1 << 15, 256, 70)
 _LONG_INNER_MARGIN = 1.05
 #: this process's answers by (machine key, precision): the cache file is read once
 _long_inner: dict[tuple[str, str], bool] = {}
+#: one timing at a time (threads of one process would time against each other)
+_LONG_INNER_LOCK = threading.Lock()
 
 
 def measure_long_inner(dtype, shape: tuple[int, int, int] = LONG_INNER_SHAPE,
@@ -154,8 +159,18 @@ def long_inner_transposed(precision: str) -> bool:
     The BLAS picks other kernels for the two forms, and which wins depends on the machine: (bᵀ a_t)ᵀ ran
     1.2-1.4× faster where it was first adopted, 0.7× on the 2-core AMD EPYC VM of docs/benchmarks.md
     (``python scripts/bench_zvector.py --gemms``). Timed once per machine (:func:`measure_long_inner`, a few
-    tenths of a second) and kept in its entry of the rates' cache, once per process after that."""
-    key = machine_key()
+    tenths of a second) and kept in its entry of the rates' cache, once per process after that. Where NumPy's
+    pool is held below its threads (inside :func:`mp2trn.threads.one_thread_each`, whose parts time against
+    each other), the plain form without a timing."""
+    from .threads import blas_threads as pool_threads
+
+    if blas_threads() != pool_threads():
+        return False
+    with _LONG_INNER_LOCK:
+        return _long_inner_transposed(machine_key(), precision)
+
+
+def _long_inner_transposed(key: str, precision: str) -> bool:
     if (key, precision) in _long_inner:
         return _long_inner[(key, precision)]
     path = cache_path()

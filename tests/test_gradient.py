@@ -307,3 +307,23 @@ def test_symmetric_product_from_its_lower_blocks_equals_the_full_gemm(n):
     _add_symmetric_product(out, d, c)
     assert np.max(np.abs(out - (held + d @ c.T))) < 1e-12 * max(1.0, np.max(np.abs(d @ c.T)))
     assert np.array_equal(out, out.T)
+
+
+def test_symmetric_product_holds_no_square_temporary():
+    """Its peak beside the output is a row block and the diagonal block's pieces, well under the n × n result
+    the full GEMM made (the JK-fit stage's memory plan counts five naux² arrays)."""
+    import tracemalloc
+
+    from mp2trn.grad.jk_terms import _add_symmetric_product
+
+    n, m = 400, 60
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(n, m))
+    out = np.zeros((n, n))
+    tracemalloc.start()
+    try:
+        _add_symmetric_product(out, a, a)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.6 * n * n * 8

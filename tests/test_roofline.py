@@ -152,10 +152,26 @@ def test_long_inner_form_timed_once_per_machine_and_kept_in_its_cache_entry(cach
     assert entry["fp64"] == 10.0 and entry["long_inner"] == {"fp64": forms["float64"], "fp32": forms["float32"]}
     monkeypatch.setattr(roofline, "_long_inner", {})                          # a new process reads the file
     assert roofline.long_inner_transposed("fp32") is True and len(calls) == 2
+    roofline.gemm_rates(refresh=True)                                         # a refresh keeps the timing
+    monkeypatch.setattr(roofline, "_long_inner", {})
+    assert roofline.long_inner_transposed("fp32") is True and len(calls) == 2
     monkeypatch.setattr(roofline, "_long_inner", {})
     forms["float64"] = {"plain": 100.0, "transposed": 103.0}                  # within the margin: plain
-    monkeypatch.setattr(roofline, "blas_threads", lambda: 97)                 # another machine key
+    monkeypatch.setattr(roofline, "machine_key", lambda: "another machine")
     assert roofline.long_inner_transposed("fp64") is False and len(calls) == 3
+
+
+def test_long_inner_form_not_timed_inside_a_held_pool(cache_dir, monkeypatch):
+    """With NumPy's pool held below its threads (one_thread_each: parts that would time against each other)
+    the plain form, and nothing timed or cached."""
+    import mp2trn.threads as threads
+
+    monkeypatch.setattr(roofline, "_long_inner", {})
+    monkeypatch.setattr(threads, "blas_threads", lambda: 2)
+    monkeypatch.setattr(roofline, "blas_threads", lambda: 1)
+    monkeypatch.setattr(roofline, "measure_long_inner", lambda dtype: pytest.fail("timed inside a held pool"))
+    assert roofline.long_inner_transposed("fp64") is False
+    assert not roofline._long_inner and not (cache_dir / "mp2trn" / "gemm_rates.json").exists()
 
 
 def test_a_real_long_inner_product_is_timed():
@@ -175,6 +191,7 @@ def test_cpu_response_gemm_gives_the_same_product_in_either_form(monkeypatch, pr
         device = device.reduced_response()
     expected = a_t.T @ b
     tol = 1e-12 if precision == "fp64" else 1e-5
+    monkeypatch.setattr(cpu, "_LONG_INNER_TIMED", 0)            # this small product asks for the timed form too
     for transposed in (False, True):
         monkeypatch.setattr(cpu, "long_inner_transposed", lambda p, t=transposed: t)
         got = device.response_gemm(device.response_operand(a_t), b)

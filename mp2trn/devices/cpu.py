@@ -20,7 +20,7 @@ from scipy.linalg import blas as scipy_blas
 
 from ..memory import prefaulted_empty
 from ..packed import UNPACK_CHUNK_BYTES, coulomb_weights, nao_of_pairs
-from ..roofline import StageMeter, long_inner_transposed
+from ..roofline import LONG_INNER_SHAPE, StageMeter, long_inner_transposed
 from ..threads import blas_threads, one_blas_pool, one_thread_each
 from .base import Device, PairDensities
 
@@ -361,13 +361,16 @@ class CpuDevice(Device):
         return held[1].reshape(a_t.shape)
 
     def response_gemm(self, a_t, b, stage="zvector"):
-        t0 = time.perf_counter()
         a_t = np.asarray(a_t)
-        b = np.asarray(b, dtype=a_t.dtype) if self._response_dtype != np.float64 else b
         k, m = a_t.shape
-        if b.shape[1] < m and k >= _LONG_INNER * m and long_inner_transposed(self.response_precision):
-            # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result, in the form
-            # this machine's BLAS runs faster (timed once per machine: mp2trn.roofline.long_inner_transposed)
+        # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result, in the form this
+        # machine's BLAS runs faster, timed once per machine (mp2trn.roofline.long_inner_transposed) — asked
+        # before the clock starts, and only for products at least the timed one's size (smaller ones, plain)
+        transposed = (np.shape(b)[1] < m and k >= _LONG_INNER * m and k * m >= _LONG_INNER_TIMED
+                      and long_inner_transposed(self.response_precision))
+        t0 = time.perf_counter()
+        b = np.asarray(b, dtype=a_t.dtype) if self._response_dtype != np.float64 else b
+        if transposed:
             out = np.ascontiguousarray((b.T @ a_t).T, dtype=np.float64)
         else:
             out = np.asarray(a_t.T @ b, dtype=np.float64)
@@ -643,6 +646,9 @@ _SWEEP_COLUMNS = 2
 #: an inner dimension this many times the result's rows: :meth:`CpuDevice.response_gemm` computes (bᵀ a_t)ᵀ where
 #: this machine runs that form faster (:func:`mp2trn.roofline.long_inner_transposed`)
 _LONG_INNER = 64
+#: elements of a_t from which a long-inner product asks for the timed choice: the timed product's own
+#: (mp2trn.roofline.LONG_INNER_SHAPE), so that the timing's arrays are never larger than the product's
+_LONG_INNER_TIMED = LONG_INNER_SHAPE[0] * LONG_INNER_SHAPE[1]
 #: bytes of one chunk of a grouped product's result (a few MB: the copy into row blocks reads it from cache)
 _GROUPED_CHUNK_BYTES = 4e6
 #: tensor rows unpacked and/or converted at a time (as fp64): a few MB, so that they are still in cache

@@ -102,7 +102,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
                 del d
                 arr[:, cols] = c
                 del c
-            gamma -= ch.weight * _sym(dc)
+            gamma -= ch.weight * dc          # symmetric as made (_add_symmetric_product)
             del dc
         # pass 2: the derivative integrals, contracted with the AO "densities" of every fitting function
         per_ao = np.zeros((nao, 3))
@@ -133,19 +133,22 @@ _SYMMETRIC_BLOCKS = 8
 
 
 def _add_symmetric_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
-    """out += a bᵀ (n, n) for a, b (n, m) whose product is symmetric (here d (1 ⊗ Z) dᵀ with Z symmetric):
-    the lower block triangle by one GEMM per row block, the rest its transpose — 56 % of the full GEMM's flops
-    (JK-fit pass, Inosine/cc-pVDZ: 1.2·10¹¹ flops in full)."""
+    """out += a bᵀ (n, n) for a, b (n, m) whose product is symmetric (here d (1 ⊗ Z) dᵀ with Z symmetric): one
+    GEMM per row block for the block's part left of and on the diagonal, the part right of it the transpose —
+    (blocks + 1) / (2·blocks) of the full GEMM's flops (JK-fit pass, Inosine/cc-pVDZ: 1.2·10¹¹ in full). Each
+    block's part goes straight into ``out``: at most one row block ((n/blocks) × n) beside it, where the full
+    GEMM's result was n × n (the memory plan's five naux² arrays of that stage)."""
     n = a.shape[0]
     edges = [n * k // _SYMMETRIC_BLOCKS for k in range(_SYMMETRIC_BLOCKS + 1)]
-    low = np.zeros((n, n))
     for r0, r1 in zip(edges[:-1], edges[1:]):
-        if r1 > r0:
-            low[r0:r1, :r1] = a[r0:r1] @ b[:r1].T
-    for r0, r1 in zip(edges[:-1], edges[1:]):       # the diagonal blocks' upper triangles: their own transposes
-        low[r0:r1, r0:r1] = np.tril(low[r0:r1, r0:r1])
-    out += low
-    out += np.tril(low, -1).T
+        if r1 == r0:
+            continue
+        part = a[r0:r1] @ b[:r1].T                     # rows r0..r1, columns up to the block's last
+        out[r0:r1, :r0] += part[:, :r0]
+        out[:r0, r0:r1] += part[:, :r0].T
+        diag = part[:, r0:]                            # symmetric but for rounding: its lower triangle mirrored
+        out[r0:r1, r0:r1] += np.tril(diag) + np.tril(diag, -1).T
+        del part
 
 
 def _sym(m: np.ndarray) -> np.ndarray:
