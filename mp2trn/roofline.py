@@ -157,7 +157,7 @@ def long_inner_transposed(precision: str) -> bool:
     """Whether a (M, N) product a_tᵀ b over a long inner dimension (K ≫ M > N: the Z-vector's exchange
     products, :meth:`mp2trn.devices.cpu.CpuDevice.response_gemm`) runs faster on this machine as (bᵀ a_t)ᵀ.
     The BLAS picks other kernels for the two forms, and which wins depends on the machine: (bᵀ a_t)ᵀ ran
-    1.2-1.4× faster where it was first adopted, 0.7× on the 2-core AMD EPYC VM of docs/benchmarks.md
+    1.2-1.4× faster where it was first adopted, 0.8× on the 2-core AMD EPYC VM of docs/benchmarks.md
     (``python scripts/bench_zvector.py --gemms``). Timed once per machine (:func:`measure_long_inner`, a few
     tenths of a second) and kept in its entry of the rates' cache, once per process after that. Where NumPy's
     pool is held below its threads (inside :func:`mp2trn.threads.one_thread_each`, whose parts time against
