@@ -137,10 +137,10 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     if exact is None:
         x, count, res = _pcg(operator(products), precondition, rhs, tol, max_iter, stall)
         return split(x), count, res / norm
-    apply_exact = operator(exact)
+    apply_inner, apply_exact = operator(products), operator(exact)
     x, r, count = np.zeros_like(rhs), rhs.copy(), 0
     for _ in range(REFINE_CYCLES):
-        d, inner, _ = _pcg(operator(products), precondition, r, REFINE_INNER_TOL, max_iter, stall)
+        d, inner, _ = _pcg(apply_inner, precondition, r, REFINE_INNER_TOL, max_iter, stall)
         x += d
         r = rhs - apply_exact(x)
         count += inner + 1
