@@ -206,14 +206,22 @@ class Device(ABC):
         device offers none (the base class: none)."""
         return None
 
-    def response_blocks(self, rows: np.ndarray, cs: list[np.ndarray]) -> list[np.ndarray]:
-        """Cᵀ B_Q C (q, nmo, nmo) fp64 per spin channel's orbitals C in ``cs`` ((nao, nmo) each) for a chunk of
-        the SCF's JK-fit tensor, ``rows`` (q, nao, nao) fp64: the response's MO blocks, made where its products
-        run (the chunk read once for all channels), counted under stage ``zvector`` (the base class: the
-        host's fp64 GEMMs)."""
+    def response_blocks(self, rows: np.ndarray, channels: list[tuple[np.ndarray, np.ndarray]],
+                        out: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """The response's MO blocks of a chunk ``rows`` (q, nao, nao) fp64 of the SCF's JK-fit tensor, made where
+        its products run (counted under stage ``zvector``): per spin channel k with ``channels[k]`` = (C_occ
+        (nao, o), C_vir (nao, v)), C_occᵀ B_Q C_occ, C_occᵀ B_Q C_vir and C_virᵀ B_Q C_vir written into the
+        host fp64 arrays ``out[k]`` = (oo (q, o, o), ov (q, o, v), vv (q, v, v)). The (vir, occ) block, ovᵀ, is
+        not made. The base class: the host's fp64 GEMMs, B_Q [C_occ C_vir] once per channel, then C_occᵀ of it
+        and C_virᵀ of its virtual columns, each into its block (no (q, nmo, nmo) array, no copies out of one)."""
         q, nao, _ = rows.shape
         flat = rows.reshape(q * nao, nao)
-        return [np.matmul(c.T, (flat @ c).reshape(q, nao, -1)) for c in cs]     # Cᵀ (B_Q C)
+        for (c_occ, c_vir), (oo, ov, vv) in zip(channels, out):
+            o = c_occ.shape[1]
+            half = (flat @ np.hstack([c_occ, c_vir])).reshape(q, nao, -1)          # B_Q C
+            np.matmul(c_occ.T, half[:, :, :o], out=oo)
+            np.matmul(c_occ.T, half[:, :, o:], out=ov)
+            np.matmul(c_vir.T, half[:, :, o:], out=vv)
 
     def response_operand(self, a_t: np.ndarray, moving: bool = False) -> Any:
         """Take an fp64 (K, M) operand that every iteration of the Z-vector reads (an MO block of the JK-fit

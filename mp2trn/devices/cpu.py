@@ -377,13 +377,13 @@ class CpuDevice(Device):
         self._meter.add(stage, self.response_precision, time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
 
-    def response_blocks(self, rows, cs):
+    def response_blocks(self, rows, channels, out):
         t0 = time.perf_counter()
-        out = super().response_blocks(rows, cs)
+        super().response_blocks(rows, channels, out)
         q, nao, _ = rows.shape
-        flops = sum(2.0 * q * nao * c.shape[1] * (nao + c.shape[1]) for c in cs)
+        flops = sum(2.0 * q * nao * (o.shape[1] + v.shape[1]) * (nao + o.shape[1]) + 2.0 * q * nao * v.shape[1] ** 2
+                    for o, v in channels)
         self._meter.add("zvector", "fp64", time.perf_counter() - t0, flops)
-        return out
 
     def response_grouped(self, a_t, b, width, stage="zvector"):
         t0 = time.perf_counter()

@@ -572,9 +572,9 @@ class NkiDevice(Device):
     def response_precision(self) -> str:
         return self.precision
 
-    def response_blocks(self, rows, cs):
-        """The compensated AO→MO kernel (``batched_gemm_x3``, its pair added in fp64) with C on both sides,
-        launched under stage ``zvector`` in every precision, so that the blocks come back to ~1e-9 of the
+    def response_blocks(self, rows, channels, out):
+        """The compensated AO→MO kernel (``batched_gemm_x3``, its pair added in fp64) per channel twice — C_occ
+        against [C_occ C_vir] (oo and ov), then C_vir against C_vir (vv) — launched under stage ``zvector`` in every precision, so that the blocks come back to ~1e-9 of the
         host's fp64 ones: the host's fp64 products of these blocks are the fallback when the device's products
         stall near an unstable SCF (a near-singular Hessian amplifies even that difference in z; the gradient
         stays within 1e-6 Eh/bohr of cpu fp64, tests/test_zvector_device.py). The rows go over once for all
@@ -590,7 +590,12 @@ class NkiDevice(Device):
         self.launcher.keep(hi, lo)
         planes = _split_by_mu(self.launcher, "zvector", hi, lo)       # the planes ao_to_mo would send
         self.launcher.drop(hi, lo)
-        return [self._transform(planes, p, c, c, "zvector", _compensated(), self.plan_x3, batched_gemm_x3) for c in cs]
+        for (c_occ, c_vir), (oo, ov, vv) in zip(channels, out):
+            o = c_occ.shape[1]
+            occ = self._transform(planes, p, c_occ, np.hstack([c_occ, c_vir]), "zvector", _compensated(), self.plan_x3,
+                                  batched_gemm_x3)
+            oo[...], ov[...] = occ[:, :, :o], occ[:, :, o:]
+            vv[...] = self._transform(planes, p, c_vir, c_vir, "zvector", _compensated(), self.plan_x3, batched_gemm_x3)
 
     def response_operand(self, a_t, moving=False):
         """The operand's planes (fp32: one; fp32x3: hi, lo, and x for an operand ``moving`` in some product),

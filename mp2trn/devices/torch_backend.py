@@ -142,16 +142,18 @@ class TorchDevice(Device):
     def response_precision(self) -> str:
         return self.precision
 
-    def response_blocks(self, rows, cs):
+    def response_blocks(self, rows, channels, out):
         """In fp64, as its AO→MO transform (:meth:`ao_to_mo`)."""
         f64 = self.torch.float64
         q, nao, _ = rows.shape
         flat = self._t(rows, f64).reshape(q * nao, nao)
-        out = []
-        for c in cs:
-            cc = self._t(c, f64)
-            out.append(self.torch.matmul(cc.T, (flat @ cc).reshape(q, nao, -1)).cpu().numpy())
-        return out
+        for (c_occ, c_vir), (oo, ov, vv) in zip(channels, out):
+            o = c_occ.shape[1]
+            co, cv = self._t(c_occ, f64), self._t(c_vir, f64)
+            half = (flat @ self.torch.cat([co, cv], dim=1)).reshape(q, nao, -1)    # B_Q C
+            occ = self.torch.matmul(co.T, half).cpu().numpy()
+            oo[...], ov[...] = occ[:, :, :o], occ[:, :, o:]
+            vv[...] = self.torch.matmul(cv.T, half[:, :, o:]).cpu().numpy()
 
     def response_operand(self, a_t, moving=False):
         return self._t(a_t)

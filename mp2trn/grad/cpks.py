@@ -80,14 +80,11 @@ class ResponseJK:
         # B_ov as (Q, i, a): its (Q·i, a) rows are Σ_Q B^Q_vo W_Q's contraction as they lie
         self.b_ov = [prefaulted_empty((self.naux, o, v)) for o, v in shapes]
         self.b_vv = [prefaulted_empty((self.naux, v, v)) for _, v in shapes]
+        factors = [(np.ascontiguousarray(ch.c[:, ch.occ]), np.ascontiguousarray(ch.c[:, ch.vir])) for ch in chans]
         for q0, b in self._chunks(tensor):                 # each chunk read (and sent) once for every channel
             q = len(b)
-            for ch, mo, oo, ov, vv in zip(chans, self.device.response_blocks(b, [ch.c for ch in chans]),
-                                          self.b_oo, self.b_ov, self.b_vv):   # (Q, p, p) = Cᵀ B_Q C
-                occ, vir = _span(ch.occ), _span(ch.vir)   # slices where contiguous: no gather
-                oo[q0 : q0 + q] = mo[:, occ][:, :, occ]
-                ov[q0 : q0 + q] = mo[:, occ][:, :, vir]
-                vv[q0 : q0 + q] = mo[:, vir][:, :, vir]
+            self.device.response_blocks(b, factors, [(oo[q0 : q0 + q], ov[q0 : q0 + q], vv[q0 : q0 + q])
+                                                     for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)])
         self._kept = [self._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
         #: Z-vector products and GEMM launches so far
         self.products = self.launches = 0
