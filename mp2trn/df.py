@@ -144,10 +144,16 @@ def unpacked_integrals(pmol: gto.Mole, nbas: int, s0: int, s1: int, out: np.ndar
     return block
 
 
-def tensor_rows_unpacked(rows: np.ndarray) -> np.ndarray:
-    """Rows of a 3-index tensor as (p, nao, nao): packed ones ((p, nao(nao+1)/2), μ ≥ ν) unpacked, unpacked
-    ones as they are."""
-    return lib.unpack_tril(rows) if rows.ndim == 2 else rows
+def tensor_rows_unpacked(rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Rows of a 3-index tensor as (p, nao, nao): packed ones ((p, nao(nao+1)/2), μ ≥ ν) unpacked (into
+    ``out``, a buffer of at least p·nao² fp64, when given), unpacked ones as they are."""
+    if rows.ndim != 2:
+        return rows
+    if out is None:
+        return lib.unpack_tril(rows)
+    p, npair = rows.shape
+    nao = int(round((np.sqrt(8 * npair + 1) - 1) / 2))
+    return lib.unpack_tril(rows, out=out[: p * nao * nao].reshape(p, nao, nao))
 
 
 def reused_buffer(ranges: list[tuple[int, int]], loc: np.ndarray, per_row: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from ..df import _shell_ranges, tensor_rows_unpacked, unpacked_integrals
+from ..df import _shell_ranges, reused_buffer, tensor_rows_unpacked, unpacked_integrals
 from ..memory import SpinShape
 from ..parallel import Comm
 from ..scratch import check_stopped
@@ -72,10 +72,14 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             scratch_writes("the JK-fit pass's (P|iμ)", naux * nao * sum(o.shape[1] for o in occ) * 8):
         # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|iμ) per channel (each L⁻¹ of it with scf_rows)
         rho_d, rho_z = np.zeros(naux), np.zeros(naux)
+        # each pass's block-sized arrays in buffers made once for the largest block (as the RI pass's, and
+        # within the plan's 7·nao² per fitting function)
+        ao_buf = reused_buffer(blocks, loc, nao * nao)
         try:
             for s0, s1 in blocks:
                 p0, p1 = int(loc[s0]), int(loc[s1])
-                ao = unpacked_integrals(pmol, nbas, s0, s1) if scf_rows is None else tensor_rows_unpacked(scf_rows[p0:p1])
+                ao = unpacked_integrals(pmol, nbas, s0, s1, out=ao_buf) if scf_rows is None else \
+                    tensor_rows_unpacked(scf_rows[p0:p1], out=ao_buf)
                 flat = ao.reshape(p1 - p0, -1)
                 rho_d[p0:p1] = flat @ d_tot.ravel()
                 rho_z[p0:p1] = flat @ z_tot.ravel()
@@ -84,7 +88,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
                 del ao, flat
                 check_stopped()
         finally:     # freed once read, and on an early stop too
-            scf_rows = None
+            scf_rows = ao_buf = None
             if scf_tensor is not None:
                 scf_tensor.release()
         a = fitted(rho_z)      # V⁻¹ρ[Z]
@@ -108,20 +112,27 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
         per_ao = np.zeros((nao, 3))
         per_aux = np.zeros((naux, 3))
         dz = np.stack([_sym(d_tot).ravel(), _sym(z_tot).ravel()])         # (2, nao²): g + gᵀ's D and Z parts
-        for s0, s1 in blocks[comm.rank :: comm.size]:
+        mine = blocks[comm.rank :: comm.size]
+        sym_buf, m_buf = reused_buffer(mine, loc, nao * nao), reused_buffer(mine, loc, nao * nao)
+        ip_buf = reused_buffer(mine, loc, 3 * nao * nao)
+        for s0, s1 in mine:
             p0, p1 = int(loc[s0]), int(loc[s1])
+            p = p1 - p0
             # g_P = a_P D + b_P Z − 2 Σ_σ w_σ c_Pᵀ C_oᵀ, symmetrised: D and Z are, so their part is a rank-2
             # GEMM written in place (no broadcast temporaries), and each channel's product added with its
             # transpose
-            sym = np.matmul(np.stack([2.0 * a[p0:p1], 2.0 * b[p0:p1]], axis=1), dz).reshape(p1 - p0, nao, nao)
+            sym = np.matmul(np.stack([2.0 * a[p0:p1], 2.0 * b[p0:p1]], axis=1), dz,
+                            out=sym_buf[: p * nao * nao].reshape(p, -1)).reshape(p, nao, nao)
             for ch, arr, o in zip(chans, half.arrays, occ):
-                c = np.asarray(arr[p0:p1]).reshape(p1 - p0, o.shape[1], nao)
-                m = np.matmul(c.transpose(0, 2, 1), -2.0 * ch.weight * o.T)          # −2w Σ_i c_P,iμ C_λi
+                c = np.asarray(arr[p0:p1]).reshape(p, o.shape[1], nao)
+                m = np.matmul(c.transpose(0, 2, 1), -2.0 * ch.weight * o.T,          # −2w Σ_i c_P,iμ C_λi
+                              out=m_buf[: p * nao * nao].reshape(p, nao, nao))
                 del c
                 sym += m
                 sym += m.transpose(0, 2, 1)
                 del m
-            contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), sym, per_ao, per_aux[p0:p1])
+            contract_3c_derivatives(pmol, (0, nbas, 0, nbas, nbas + s0, nbas + s1), sym, per_ao, per_aux[p0:p1],
+                                    out=ip_buf)
             del sym
             check_stopped()
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")

@@ -25,7 +25,7 @@ from pyscf import gto
 
 from ..devices import Device
 from ..devices.cpu import CpuDevice
-from ..df import DFIntegrals, _shell_ranges, unpacked_integrals
+from ..df import DFIntegrals, _shell_ranges, reused_buffer, unpacked_integrals
 from ..scratch import check_stopped
 from ..threads import one_blas_pool
 from ..transform import BStore
@@ -99,7 +99,7 @@ def _per_atom(mol: gto.Mole, natm: int, per_function: np.ndarray) -> np.ndarray:
 
 
 def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao: np.ndarray,
-                            per_aux: np.ndarray) -> None:
+                            per_aux: np.ndarray, out: np.ndarray | None = None) -> None:
     """Add Σ_Pμν g[P, μ, ν] (μν|P)^R, split by the function carrying the derivative: orbital functions into
     ``per_ao`` (nao, 3), the block's fitting functions into ``per_aux`` (p, 3).
 
@@ -109,9 +109,11 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao
     computed: translational invariance of each integral, ∇_μ + ∇_ν + ∇_P = 0, makes it
     −(ip1[μ,ν,P] + ip1[ν,μ,P]), so one product of ip1 with the symmetrised g gives both sums (and half the
     derivative integrals). The row and column dot products (memory-bound) run on two threads, each over
-    half of the block's fitting functions."""
+    half of the block's fitting functions. ``out``: a buffer of at least 3·p·nao² fp64 for the derivative
+    integrals (:func:`mp2trn.df.reused_buffer`), else a new array."""
     p, nao = sym.shape[0], sym.shape[1]
-    ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls).transpose(0, 3, 2, 1)
+    ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls,
+                    out=None if out is None else out[: 3 * p * nao * nao]).transpose(0, 3, 2, 1)
     edges = [0, p // 2, p] if p > 1 else [0, p]
     parts = np.zeros((len(edges) - 1, nao, 3))
 
@@ -145,10 +147,18 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     xs = [np.zeros((ch.nmo, ch.nmo)) for ch in channels]
     per_ao = np.zeros((nao, 3))          # Σ over ν, P of ip1 · (Γ + Γᵀ), by the function μ
     per_aux = np.zeros((dfi.naux, 3))     # Σ over μ, ν of ip2 · Γ, by the fitting function P
-    for s0, s1 in _shell_ranges(loc, aux_block):
+    blocks = list(_shell_ranges(loc, aux_block))
+    # the integrals, the symmetrised AO 2PDM and the derivative integrals of every block in buffers made once
+    # for the largest (the plan's 8·nao² per fitting function holds them): a new array per block is fresh
+    # memory whose first touch cost more than the work on it (Inosine/cc-pVDZ: sym's line 0.77-1.0 s in new
+    # arrays, 0.40 s reused; line_profiler over `mp2trn run … --gradient`)
+    ao_buf = reused_buffer(blocks, loc, nao * nao)
+    sym_buf = reused_buffer(blocks, loc, nao * nao) if derivatives else None
+    ip_buf = reused_buffer(blocks, loc, 3 * nao * nao) if derivatives else None
+    for s0, s1 in blocks:
         p0, p1 = int(loc[s0]), int(loc[s1])
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
-        ao = unpacked_integrals(pmol, nbas, s0, s1)                        # (p, nao, nao) (symmetric in μν)
+        ao = unpacked_integrals(pmol, nbas, s0, s1, out=ao_buf)            # (p, nao, nao) (symmetric in μν)
         p = p1 - p0
         # ((P, ν), μ) = (P|νμ) = (P|μν): its transpose is the (μ, (P, ν)) operand, a view (no copy)
         ao_flat = ao.reshape(p * nao, nao)
@@ -170,7 +180,8 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
                 if ch.weight != 1.0:
                     back *= ch.weight
                 if sym is None:      # the first channel's sum written in one pass over sym (no zeroed array first)
-                    sym = np.add(back.transpose(1, 0, 2), back.transpose(1, 2, 0), out=np.empty((p, nao, nao)))
+                    sym = np.add(back.transpose(1, 0, 2), back.transpose(1, 2, 0),
+                                 out=sym_buf[: p * nao * nao].reshape(p, nao, nao))
                 else:
                     sym += back.transpose(1, 0, 2)
                     sym += back.transpose(1, 2, 0)
@@ -178,7 +189,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
         del ao, ao_flat
         if not derivatives:
             continue
-        contract_3c_derivatives(pmol, shls, sym, per_ao, per_aux[p0:p1])
+        contract_3c_derivatives(pmol, shls, sym, per_ao, per_aux[p0:p1], out=ip_buf)
         del sym
         check_stopped()
     if not derivatives:
