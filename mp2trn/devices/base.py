@@ -240,12 +240,13 @@ class Device(ABC):
         g = np.shape(b)[1] // width
         return np.matmul(np.asarray(a_t).T, np.asarray(b).reshape(k, g, width).transpose(1, 0, 2)).reshape(g * m, width)
 
-    def response_gemm(self, a_t: Any, b: Any, stage: str = "zvector") -> np.ndarray:
+    def response_gemm(self, a_t: Any, b: Any, stage: str = "zvector", out: np.ndarray | None = None) -> np.ndarray:
         """C (M, N) = a_tᵀ · b in fp64: ``a_t`` a :meth:`response_operand` handle or an fp64 (K, M) array,
-        ``b`` (K, N) fp64 from the host or a :meth:`response_grouped` result. Launch records and cost reports
+        ``b`` (K, N) fp64 from the host or a :meth:`response_grouped` result; written into ``out`` (a host
+        C-contiguous (M, N) fp64 array, returned) when given, else a new array. Launch records and cost reports
         count it under ``stage`` (``zvector``: the response's products; ``grad_gamma``: Γ's
         back-transformation to the AO basis)."""
-        return np.asarray(a_t).T @ b
+        return np.matmul(np.asarray(a_t).T, b, out=out)
 
     # -- the SCF's Coulomb and exchange builds (mp2trn.jk owns blocking, caching and the fp64 sums) ------
     #: True when the device implements the J/K stage below

@@ -360,7 +360,7 @@ class CpuDevice(Device):
             held = self._operand_copies[key] = (base, a_t.astype(self._response_dtype).ravel())
         return held[1].reshape(a_t.shape)
 
-    def response_gemm(self, a_t, b, stage="zvector"):
+    def response_gemm(self, a_t, b, stage="zvector", out=None):
         a_t = np.asarray(a_t)
         k, m = a_t.shape
         # the Z-vector's exchange products contract ~10⁵ rows into a (nvir, nocc) result, in the form this
@@ -370,10 +370,14 @@ class CpuDevice(Device):
                       and long_inner_transposed(self.response_precision))
         t0 = time.perf_counter()
         b = np.asarray(b, dtype=a_t.dtype) if self._response_dtype != np.float64 else b
+        if out is None:
+            out = np.empty((m, np.shape(b)[1]))
         if transposed:
-            out = np.ascontiguousarray((b.T @ a_t).T, dtype=np.float64)
+            out[...] = (b.T @ a_t).T
+        elif a_t.dtype == np.float64:
+            np.matmul(a_t.T, b, out=out)
         else:
-            out = np.asarray(a_t.T @ b, dtype=np.float64)
+            out[...] = a_t.T @ b
         self._meter.add(stage, self.response_precision, time.perf_counter() - t0, 2.0 * out.size * b.shape[0])
         return out
 

@@ -619,7 +619,7 @@ class NkiDevice(Device):
                                    stay=True)
         return out if isinstance(out, tuple) else (out,)
 
-    def response_gemm(self, a_t, b, stage="zvector"):
+    def response_gemm(self, a_t, b, stage="zvector", out=None):
         """One launch per :meth:`LaunchPlan.gemm_k_rows` rows of the contraction (row ranges of the kept
         planes: slices in device memory), their products added in fp64 on the host. A stationary plane split
         for the whole K has a grid no finer than one split for a part of it, so the compensated products of
@@ -635,7 +635,10 @@ class NkiDevice(Device):
         n = b[0].shape[1] if resident else b.shape[1]
         rows = self.plan.gemm_k_rows(m, n)
         kernel = _response_kernel(self.mode.compensated)
-        out = np.zeros((m, n))
+        if out is None:
+            out = np.zeros((m, n))
+        else:
+            out[...] = 0.0
         for k0 in range(0, k, rows):
             moving = self._moving_rows(b, k0, min(k, k0 + rows), stage) if resident else \
                 self.mode.split_operand(b[k0:k0 + rows], axis=0, moving=True)

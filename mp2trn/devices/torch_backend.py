@@ -163,10 +163,14 @@ class TorchDevice(Device):
         g = b.shape[1] // width
         return self.torch.matmul(self._t(a_t).T, b.reshape(k, g, width).transpose(0, 1)).reshape(g * m, width)
 
-    def response_gemm(self, a_t, b, stage="zvector"):
+    def response_gemm(self, a_t, b, stage="zvector", out=None):
         a = a_t if self.torch.is_tensor(a_t) else self._t(a_t)
         b = b if self.torch.is_tensor(b) else self._t(b)
-        return (a.T @ b).to(self.torch.float64).cpu().numpy()
+        c = (a.T @ b).to(self.torch.float64).cpu().numpy()
+        if out is None:
+            return c
+        out[...] = c
+        return out
 
     # -- SCF J/K: the tensor stays on the GPU for the whole SCF when it fits (mp2trn.jk decides) ----------
     has_jk = True

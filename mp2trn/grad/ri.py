@@ -155,6 +155,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     ao_buf = reused_buffer(blocks, loc, nao * nao)
     sym_buf = reused_buffer(blocks, loc, nao * nao) if derivatives else None
     ip_buf = reused_buffer(blocks, loc, 3 * nao * nao) if derivatives else None
+    back_buf = reused_buffer(blocks, loc, nao * nao) if derivatives else None     # Γ^P_μν as the device returns it
     for s0, s1 in blocks:
         p0, p1 = int(loc[s0]), int(loc[s1])
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
@@ -176,7 +177,8 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
             del occ_ao
             if derivatives:                                               # (μ, (P, ν)) = Σ_i C_μi Γ^P_iν
                 rows = np.ascontiguousarray(half_o.transpose(2, 0, 1)).reshape(ch.nact, p * nao)
-                back = device.response_gemm(c_o_kept, rows, "grad_gamma").reshape(nao, p, nao)
+                back = device.response_gemm(c_o_kept, rows, "grad_gamma",
+                                            out=back_buf[: p * nao * nao].reshape(nao, -1)).reshape(nao, p, nao)
                 if ch.weight != 1.0:
                     back *= ch.weight
                 if sym is None:      # the first channel's sum written in one pass over sym (no zeroed array first)
