@@ -333,8 +333,8 @@ class CpuDevice(Device):
     _grouped_bufs: dict | None = None
 
     def _grouped_out(self, shape: tuple[int, ...], operand) -> np.ndarray:
-        if self._grouped_bufs is None:      # mapped ahead: the fp64 results are ~0.3 GB for Inosine
-            return prefaulted_empty(shape, dtype=self._response_dtype)
+        if self._grouped_bufs is None:
+            return np.empty(shape, dtype=self._response_dtype)
         key = (shape, id(operand))
         buf = self._grouped_bufs.get(key)
         if buf is None or buf[0] is not operand:
@@ -357,9 +357,7 @@ class CpuDevice(Device):
         key = (id(base), a_t.__array_interface__["data"][0], a_t.size)
         held = self._operand_copies.get(key)
         if held is None or held[0] is not base:
-            copied = prefaulted_empty((a_t.size,), dtype=self._response_dtype)      # B_vv's: 0.4 GB for Inosine
-            copied.reshape(a_t.shape)[...] = a_t
-            held = self._operand_copies[key] = (base, copied)
+            held = self._operand_copies[key] = (base, a_t.astype(self._response_dtype).ravel())
         return held[1].reshape(a_t.shape)
 
     def response_gemm(self, a_t, b, stage="zvector", out=None):

@@ -105,10 +105,9 @@ class ResponseJK:
                 "oo_rows": keep(oo.reshape(naux * o, o)),                          # ((Q, j), i)
                 "oo_by_aux": keep(oo.reshape(naux, o * o))}                        # (Q, (j, i))
 
-    def _gemm(self, a_t, b, out: np.ndarray | None = None) -> np.ndarray:
+    def _gemm(self, a_t, b) -> np.ndarray:
         self.launches += 1
-        return self.device.response_gemm(a_t, np.ascontiguousarray(b) if isinstance(b, np.ndarray) else b, "zvector",
-                                         out=out)
+        return self.device.response_gemm(a_t, np.ascontiguousarray(b) if isinstance(b, np.ndarray) else b, "zvector")
 
     def _grouped(self, a_t: np.ndarray, kept, width: int):
         self.launches += 1
@@ -266,17 +265,14 @@ class ResponseJK:
         exchange = []
         for ch, kept, ov, vv, x in zip(self.chans, self._kept, self.b_ov, self.b_vv, mats):
             o, occ, vir = len(ch.occ), _span(ch.occ), _span(ch.vir)
-            # W[(Q, i), r] = Σ_s B^Q_si X_sr over virtual and over occupied s; tr over r = i: ρ_ov, ρ_oo + ρ_ov.
-            # Its arrays (~0.3 GB each for Inosine) in pages mapped by every core at once (fresh NumPy arrays
-            # of this size cost more to touch first than the GEMMs filling them: memory.prefaulted_empty)
-            w = self._gemm(kept["vo_by_vir"], x[vir], out=prefaulted_empty((self.naux * o, ch.nmo)))
-            w = w.reshape(self.naux, o, -1)
+            # W[(Q, i), r] = Σ_s B^Q_si X_sr over virtual and over occupied s; tr over r = i: ρ_ov, ρ_oo + ρ_ov
+            w = self._gemm(kept["vo_by_vir"], x[vir]).reshape(self.naux, o, -1)
             rho_ov = np.einsum("qii->q", w[:, :, occ])
-            w += self._gemm(kept["oo_by_occ"], x[occ], out=prefaulted_empty((self.naux * o, ch.nmo))).reshape(w.shape)
+            w += self._gemm(kept["oo_by_occ"], x[occ]).reshape(self.naux, o, -1)
             rho += ch.weight * (np.einsum("qii->q", w[:, :, occ]) + rho_ov
                                 + vv.reshape(self.naux, -1) @ x[vir][:, vir].ravel())
             w = w.transpose(0, 2, 1)                                              # (Q, r, i) = W^Q_ri
-            w_occ, w_vir = _gathered(w[:, occ], o), _gathered(w[:, vir], o)     # ((Q, j), i), ((Q, b), i)
+            w_occ, w_vir = w[:, occ].reshape(-1, o), w[:, vir].reshape(-1, o)   # ((Q, j), i), ((Q, b), i)
             del w
             k = np.full((ch.nmo, o), np.nan)
             if rows != "occ":
@@ -295,13 +291,6 @@ class ResponseJK:
                 g[ch.occ] += self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
             out.append(g)
         return out
-
-
-def _gathered(w: np.ndarray, width: int) -> np.ndarray:
-    """``w`` as a C-contiguous (·, width) array in pages mapped ahead (:func:`mp2trn.memory.prefaulted_empty`)."""
-    out = prefaulted_empty((w.size // width, width))
-    out.reshape(w.shape)[...] = w
-    return out
 
 
 def _span(index: np.ndarray) -> slice | np.ndarray:

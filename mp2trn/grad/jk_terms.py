@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 
 from ..df import _shell_ranges, reused_buffer, tensor_rows_unpacked, unpacked_integrals
-from ..memory import SpinShape, prefaulted_empty
+from ..memory import SpinShape
 from ..parallel import Comm
 from ..scratch import check_stopped
 from ..transform import BStore, scratch_writes
@@ -101,7 +101,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             for i0 in range(0, o.shape[1], step):
                 cols = slice(i0 * nao, min(o.shape[1], i0 + step) * nao)
                 d = fitted_rows(low, np.ascontiguousarray(arr[:, cols]), both=not from_tensor)
-                c = np.matmul(d.reshape(-1, nao), z, out=prefaulted_empty((d.size // nao, nao))).reshape(naux, -1)
+                c = (d.reshape(-1, nao) @ z).reshape(naux, -1)
                 _add_symmetric_product(dc, d, c)
                 del d
                 arr[:, cols] = c
