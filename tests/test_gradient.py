@@ -327,3 +327,41 @@ def test_symmetric_product_holds_no_square_temporary():
     finally:
         tracemalloc.stop()
     assert peak < 0.6 * n * n * 8
+
+
+def test_block_buffers_give_the_same_blocks_as_new_arrays():
+    """The derivative passes' buffers (reused from block to block): packed rows unpacked into a buffer, the
+    derivative integrals contracted from one, and the device's product written into one equal what new
+    arrays give — in a buffer larger than the block, as the passes' buffers are for all but the largest."""
+    from pyscf import df, lib
+
+    from mp2trn.devices import get_device
+    from mp2trn.df import tensor_rows_unpacked
+    from mp2trn.grad.ri import contract_3c_derivatives
+
+    rng = np.random.default_rng(3)
+    mol = gto.M(atom="O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45", basis="cc-pvdz", verbose=0)
+    nao = mol.nao_nr()
+    packed = rng.normal(size=(5, nao * (nao + 1) // 2))
+    buf = np.full(7 * nao * nao, np.nan)
+    assert np.array_equal(tensor_rows_unpacked(packed, out=buf), lib.unpack_tril(packed))
+
+    aux = df.addons.make_auxmol(mol, "cc-pvdz-jkfit")
+    pmol, nbas = mol + aux, mol.nbas
+    shls = (0, nbas, 0, nbas, nbas + 2, nbas + 6)
+    p = int(aux.ao_loc_nr()[6] - aux.ao_loc_nr()[2])
+    g = rng.normal(size=(p, nao, nao))
+    sym = g + g.transpose(0, 2, 1)
+    sums = []
+    for out in (None, np.full(3 * (p + 4) * nao * nao, np.nan)):
+        per_ao, per_aux = np.zeros((nao, 3)), np.zeros((p, 3))
+        contract_3c_derivatives(pmol, shls, sym, per_ao, per_aux, out=out)
+        sums.append((per_ao, per_aux))
+    assert np.array_equal(sums[0][0], sums[1][0]) and np.array_equal(sums[0][1], sums[1][1])
+
+    a_t, b = rng.normal(size=(9, 40)), rng.normal(size=(9, 30))
+    for device in (get_device("cpu"), get_device("cpu").reduced_response(), get_device("sim", "fp32")):
+        kept = device.response_operand(a_t)
+        out = np.full((40, 30), np.nan)
+        got = device.response_gemm(kept, b, "zvector", out=out)
+        assert got is out and np.array_equal(out, device.response_gemm(kept, b, "zvector"))

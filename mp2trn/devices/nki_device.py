@@ -60,10 +60,11 @@ HBM_PER_CORE_GIB = {"trn1": 32 / 2, "trn2": 96 / 8}
 #: grad_pairs — one strip size per spin case of the gradient (RHF one, UHF αα, ββ and αβ both ways); zvector —
 #: per spin channel the Z-vector product's five GEMM shapes and five more of the G[X] columns, the shorter last
 #: launch of its two contractions over device-resident operands (fp32x3: and their resplit_x3 for a full and a
-#: last row count), 16 in all (UHF: α and β), and the MO blocks' resplit_x3 and transform (two);
+#: last row count), 16 in all (UHF: α and β), and the MO blocks' resplit_x3 and per spin channel two transforms
+#: (C_occ against C for B_oo and B_ov, C_vir against C_vir for B_vv): 16·2 + 1 + 2·2;
 #: grad_gamma — per spin channel the fitting-basis pass's full block and its shorter last one.
 #: tests/test_compile_signatures.py holds runs of several sizes to it (tests/test_zvector_device.py a gradient).
-SIGNATURE_BOUND = {"scf_jk": 12, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6, "zvector": 34,
+SIGNATURE_BOUND = {"scf_jk": 12, "ao_to_mo": 4, "metric": 2, "pairs": 6, "grad_pairs": 6, "zvector": 37,
                    "grad_gamma": 4}
 #: rows of Z per compensated exchange launch: β = 7 grid bits (mp2trn.precision.beta_for). One launch over a
 #: whole block (benzene/cc-pVDZ: 17 000 rows, β = 4) left tr(D ΔK) at 9e-7 (the exact Z); 2048 rows (β = 6)
@@ -592,10 +593,11 @@ class NkiDevice(Device):
         self.launcher.drop(hi, lo)
         for (c_occ, c_vir), (oo, ov, vv) in zip(channels, out):
             o = c_occ.shape[1]
-            occ = self._transform(planes, p, c_occ, np.hstack([c_occ, c_vir]), "zvector", _compensated(), self.plan_x3,
-                                  batched_gemm_x3)
+            occ = self._transform(planes, p, c_occ, np.hstack([c_occ, c_vir]), "zvector", _compensated(),
+                                  self.plan_x3, batched_gemm_x3)
             oo[...], ov[...] = occ[:, :, :o], occ[:, :, o:]
-            vv[...] = self._transform(planes, p, c_vir, c_vir, "zvector", _compensated(), self.plan_x3, batched_gemm_x3)
+            vv[...] = self._transform(planes, p, c_vir, c_vir, "zvector", _compensated(), self.plan_x3,
+                                      batched_gemm_x3)
 
     def response_operand(self, a_t, moving=False):
         """The operand's planes (fp32: one; fp32x3: hi, lo, and x for an operand ``moving`` in some product),

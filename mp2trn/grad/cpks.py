@@ -12,7 +12,7 @@ G[X] on occupied orbitals, and with B_Q the Cholesky-decomposed tensor (B = L⁻
 
 with the MO blocks B^Q_vv, B^Q_ov = (B^Q_vo)ᵀ, B^Q_oo of the tensor made once, so that a Z-vector iteration costs
 2·nvir²·nocc·naux FLOPs instead of a J/K build. The tensor is built once (packed μ ≥ ν,
-:func:`mp2trn.df.cholesky_tensor`) and read in row chunks, each unpacked in a small buffer.
+:func:`mp2trn.df.cholesky_tensor`) and read in row chunks of 64 MB, each unpacked in turn.
 
 The Z-vector's products are GEMMs on the gradient's device (:meth:`mp2trn.devices.Device.response_gemm`,
 stage ``zvector``): the MO blocks are made there (:meth:`~mp2trn.devices.Device.response_blocks`), come back to
