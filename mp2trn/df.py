@@ -26,6 +26,7 @@ from .basis import BasisSet
 from .errors import InputError, NumericalError
 from .memory import prefaulted_empty
 from .overlap import made_ahead
+from .packed import nao_of_pairs
 from .threads import one_blas_pool
 from .parallel import Comm, balanced_counts, weighted_split
 
@@ -151,8 +152,7 @@ def tensor_rows_unpacked(rows: np.ndarray, out: np.ndarray | None = None) -> np.
         return rows
     if out is None:
         return lib.unpack_tril(rows)
-    p, npair = rows.shape
-    nao = int(round((np.sqrt(8 * npair + 1) - 1) / 2))
+    p, nao = rows.shape[0], nao_of_pairs(rows.shape[1])
     return lib.unpack_tril(rows, out=out[: p * nao * nao].reshape(p, nao, nao))
 
 

@@ -150,8 +150,8 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     blocks = list(_shell_ranges(loc, aux_block))
     # the integrals, the symmetrised AO 2PDM and the derivative integrals of every block in buffers made once
     # for the largest (the plan's 8·nao² per fitting function holds them): a new array per block is fresh
-    # memory whose first touch cost more than the work on it (Inosine/cc-pVDZ: sym's line 0.77-1.0 s in new
-    # arrays, 0.40 s reused; line_profiler over `mp2trn run … --gradient`)
+    # memory whose first touch cost more than the work on it (Inosine/cc-pVDZ: this pass 6.9-7.0 s → 6.0-6.1 s,
+    # `python scripts/bench_gradient.py --displaced 0`, docs/benchmarks.md "seventh session")
     ao_buf = reused_buffer(blocks, loc, nao * nao)
     sym_buf = reused_buffer(blocks, loc, nao * nao) if derivatives else None
     ip_buf = reused_buffer(blocks, loc, 3 * nao * nao) if derivatives else None
