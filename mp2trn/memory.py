@@ -506,15 +506,15 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     tensor = naux_jk * npair * f8
     blocks = naux_jk * sum(c.nocc ** 2 + c.nvir * c.nocc + c.nvir ** 2 for c in chans) * f8   # B_oo, B_ov, B_vv
     rows = min(naux_jk, max(1, int(64e6 // (nao * nao * f8))))   # unpacked rows per chunk (grad.cpks)
-    # beside the blocks: the Z-vector's M and Y, its preconditioner's S⁻¹ (naux_jk², with S while inverting it
-    # and the identity it is solved against), and three unpacked row chunks while the blocks are made
-    factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nvir * nocc * f8
+    # beside the blocks: the products' two scratch buffers of naux_jk·nocc·nmo (grad.cpks._Scratch: the Z-vector's
+    # M and Y, the G[X] columns' W and its reordered halves), the preconditioner's S⁻¹ (naux_jk², with S while
+    # inverting it and the identity it is solved against), and three unpacked row chunks while the blocks are made
+    factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nocc * nmo * f8
                            + (3 * naux_jk + PRECONDITIONER_COLUMNS) * naux_jk * f8 + 3 * rows * nao * nao * f8)
     response_factors = factors <= avail - small
-    # their reduced copy in the layouts the Z-vector's products read (B_vv once, B_ov and B_oo twice: as they
-    # lie and transposed) and its M and Y per channel (kept between products), held during the solve only,
-    # where it fits beside them
-    copies = naux_jk * sum(c.nvir ** 2 + 3 * c.nvir * c.nocc + 3 * c.nocc ** 2 for c in chans) \
+    # their reduced copy, which every layout the Z-vector's products read views (B_vv, B_ov and B_oo once each),
+    # held during the solve only, where it fits beside them (its M and Y are in the scratch)
+    copies = naux_jk * sum(c.nvir ** 2 + c.nvir * c.nocc + c.nocc ** 2 for c in chans) \
         * sizes.reduced_response_itemsize
     response_reduced = response_factors and copies > 0 and factors + copies <= avail - small
     stage["response"] = small + (factors + (copies if response_reduced else 0.0) if response_factors else

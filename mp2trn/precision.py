@@ -140,6 +140,19 @@ def _by_parts(x: np.ndarray, fn) -> None:
     _in_parts(x.shape, -1, part, most=max(1, int(_UNPACK_BUFFERS_BYTES // row_bytes)))
 
 
+def converted_copy(x: np.ndarray, dtype) -> np.ndarray:
+    """``x`` (any layout, e.g. a transposed view) as a new C-contiguous array of ``dtype``
+    (``np.ascontiguousarray(x, dtype)``), in small pages faulted in by every core
+    (:func:`mp2trn.memory.prefaulted_empty`) and filled in parts on :func:`host_threads` threads: NumPy's own
+    conversion fills fresh huge pages from one thread, whose faults cost this VM more than the copy."""
+    from .memory import prefaulted_empty
+
+    x = np.asarray(x)
+    out = prefaulted_empty(x.shape, dtype)
+    _in_parts(x.shape, -1, lambda index: np.copyto(out[index], x[index], casting="same_kind"))
+    return out
+
+
 def fp32_copy(x: np.ndarray, rows: int | None = None) -> np.ndarray:
     """``x`` rounded to fp32 (as ``x.astype(np.float32)``), with zero rows appended along axis 0 up to
     ``rows``: the SCF tensor as an NKI device's fp32 builds keep it. Packed rows ``x`` (p, nao(nao+1)/2)

@@ -52,33 +52,53 @@ def test_cpu_reduced_products_are_fp32_of_the_same_blocks(system):
 
 
 def test_reduced_copy_shares_one_fp32_copy_between_layouts_of_one_block(system):
-    """B_ov kept as ((Q, i), a) rows and as (Q, (i, a)) is one block: the reduced copy converts it once, and
-    the transposed layouts get copies of their own; what it keeps is the bytes the memory plan counts."""
+    """B_ov kept as ((Q, i), a) rows, as (Q, (i, a)) and transposed as (a, (Q, i)) is one block: the reduced
+    copy converts it once and views it in every layout (B_oo likewise); what it keeps is the bytes the memory
+    plan counts."""
     _, chans, fp64 = system
     kept = fp64.reduced()._kept
     for k in kept:
         assert np.shares_memory(k["ov_rows"], k["ov_by_aux"]) and np.shares_memory(k["oo_rows"], k["oo_by_aux"])
-        assert not np.shares_memory(k["ov_rows"], k["vo_by_vir"]) and k["vo_by_vir"].flags.c_contiguous
+        assert np.shares_memory(k["ov_rows"], k["vo_by_vir"]) and k["vo_by_vir"].T.flags.c_contiguous
+        assert np.shares_memory(k["oo_rows"], k["oo_by_occ"])
     unique = {id(np.asarray(a).base if np.asarray(a).base is not None else a): np.asarray(a).nbytes
               for k in kept for a in k.values()}
-    want = sum(fp64.naux * (c.nvir ** 2 + 2 * c.nvir * len(c.occ) + 2 * len(c.occ) ** 2) * 4 for c in chans)
+    want = sum(fp64.naux * (c.nvir ** 2 + c.nvir * len(c.occ) + len(c.occ) ** 2) * 4 for c in chans)
     assert sum(unique.values()) == want
 
 
-def test_reduced_grouped_results_reuse_their_buffer_and_fp64_ones_do_not():
-    """The reduced copy's grouped products write one buffer per shape (no fresh pages per product); the fp64
-    device's results are fresh arrays each time (they may outlive the solve)."""
+def test_grouped_results_go_where_the_caller_asks():
+    """Both cpu precisions write a grouped product into the caller's buffer when handed one (the response's
+    scratch, no fresh pages per product), and into a new array otherwise; both equal the reference."""
     rng = np.random.default_rng(2)
     b = rng.normal(size=(6, 5 * 4))
-    for dev, reused in ((CpuDevice().reduced_response(), True), (CpuDevice(), False)):
+    for dev, dtype in ((CpuDevice().reduced_response(), np.float32), (CpuDevice(), np.float64)):
+        assert dev.response_grouped_on_host
         kept = dev.response_operand(b, moving=True)
         for a_t in (rng.normal(size=(6, 3)), rng.normal(size=(6, 9))):     # both of its forms (k > m, k ≤ m)
-            first = dev.response_grouped(a_t, kept, 4)
-            want = first.copy()
-            second = dev.response_grouped(2.0 * a_t, kept, 4)
-            assert np.shares_memory(first, second) is reused
             ref = np.einsum("km,kgw->gmw", a_t, b.reshape(6, 5, 4)).reshape(-1, 4)
-            assert np.allclose(want, ref, rtol=1e-5, atol=1e-5) and np.allclose(second, 2 * ref, rtol=1e-5, atol=1e-5)
+            buf = np.full(5 * a_t.shape[1] * 4, np.nan, dtype=dtype)
+            into = dev.response_grouped(a_t, kept, 4, out=buf)
+            fresh = dev.response_grouped(a_t, kept, 4)
+            assert np.shares_memory(into, buf) and not np.shares_memory(fresh, buf) and into.dtype == dtype
+            for got in (into, fresh):
+                assert np.allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_scratch_is_shared_and_reused(system):
+    """The products' scratch: one pair of buffers for the response and the copies sharing its blocks,
+    made at first use and the same memory for every product after it."""
+    _, chans, fp64 = system
+    fp32 = fp64.reduced()
+    assert fp32._scratch is fp64._scratch
+    z = [np.ones((c.nvir, len(c.occ))) for c in chans]
+    fp32.zvector(z)
+    first = [None if b is None else b.__array_interface__["data"][0] for b in fp64._scratch._buffers]
+    fp64.zvector(z)
+    fp64.occupied_columns([np.eye(c.nmo) for c in chans])
+    assert [b.__array_interface__["data"][0] for b in fp64._scratch._buffers][1] == first[1]
+    with pytest.raises(ValueError):
+        fp64._scratch.view(0, (fp64._scratch.size + 1,))
 
 
 def test_refined_solve_reaches_the_fp64_solution(system):
@@ -146,14 +166,14 @@ def test_cpu_gradient_with_refined_zvector_equals_the_fp64_one(molecule, monkeyp
 
 
 def test_plan_holds_the_reduced_copy_only_where_it_fits():
-    """Inosine/cc-pVDZ's shapes: with room the response's stage counts the fp32 copy (B_vv once, B_ov and
-    B_oo twice, and the fp32 M and Y it keeps between products, 4 bytes each) beside the blocks; at a budget
+    """Inosine/cc-pVDZ's shapes: with room the response's stage counts the fp32 copy (B_vv, B_ov and B_oo
+    once each, 4 bytes per element; its M and Y are in the products' scratch) beside the blocks; at a budget
     where the blocks fit but not the copy the plan keeps the blocks and declines the copy; a device without
     one plans none."""
     kw = dict(nao=326, naux=1232, max_aux_shell=7, naux_jk=1606, max_jk_shell=9,
               channels=(ChannelShape(70, 70, 256),), itemsize=8)
     with_copy, without = GradientSizes(**kw, reduced_response_itemsize=4), GradientSizes(**kw)
-    copy_mb = 1606 * (256 ** 2 + 3 * 256 * 70 + 3 * 70 ** 2) * 4 / 1e6     # and the fp32 M and Y
+    copy_mb = 1606 * (256 ** 2 + 256 * 70 + 70 ** 2) * 4 / 1e6
     roomy = plan_gradient(with_copy, 8000)
     assert roomy.response_reduced and not plan_gradient(without, 8000).response_reduced
     assert roomy.stage_mb["response"] - plan_gradient(without, 8000).stage_mb["response"] == pytest.approx(copy_mb)

@@ -230,15 +230,24 @@ class Device(ABC):
         (its ``b``) too (the base class: the array itself)."""
         return a_t
 
-    def response_grouped(self, a_t: np.ndarray, b: Any, width: int, stage: str = "zvector") -> Any:
+    #: whether :meth:`response_grouped` computes on the host, into a NumPy array of its
+    #: :attr:`response_precision` that the caller may hand it (``out``) to reuse between products
+    response_grouped_on_host: bool = True
+
+    def response_grouped(self, a_t: np.ndarray, b: Any, width: int, stage: str = "zvector",
+                         out: np.ndarray | None = None) -> Any:
         """Y (G·M, width) with Y[g·M + m, j] = Σ_k a_t[k, m] b[k, g·width + j]: the product of a small host
         operand ``a_t`` (K, M) fp64 with each of the G column groups of the kept ``b`` (a ``moving``
         :meth:`response_operand` handle, (K, G·width)), laid out as row blocks for a next product that
         contracts over (g, m). It stays where the device computed it: the handle :meth:`response_gemm` takes
-        as its ``b`` (the base class: a NumPy array, G batched GEMMs)."""
+        as its ``b`` (the base class: a NumPy array, G batched GEMMs). ``out``: where
+        :attr:`response_grouped_on_host`, a C-contiguous (G·M, width) host array of the response's dtype to
+        write Y into (returned), else a new one; a device with memory of its own ignores it."""
         k, m = a_t.shape
         g = np.shape(b)[1] // width
-        return np.matmul(np.asarray(a_t).T, np.asarray(b).reshape(k, g, width).transpose(1, 0, 2)).reshape(g * m, width)
+        res = None if out is None else out.reshape(g, m, width)
+        return np.matmul(np.asarray(a_t).T, np.asarray(b).reshape(k, g, width).transpose(1, 0, 2),
+                         out=res).reshape(g * m, width)
 
     def response_gemm(self, a_t: Any, b: Any, stage: str = "zvector", out: np.ndarray | None = None) -> np.ndarray:
         """C (M, N) = a_tᵀ · b in fp64: ``a_t`` a :meth:`response_operand` handle or an fp64 (K, M) array,

@@ -20,6 +20,7 @@ from scipy.linalg import blas as scipy_blas
 
 from ..memory import prefaulted_empty
 from ..packed import UNPACK_CHUNK_BYTES, coulomb_weights, nao_of_pairs
+from ..precision import converted_copy
 from ..roofline import LONG_INNER_SHAPE, StageMeter, long_inner_transposed
 from ..threads import blas_threads, one_blas_pool, one_thread_each
 from .base import Device, PairDensities
@@ -321,43 +322,32 @@ class CpuDevice(Device):
             return None
         other = copy.copy(self)
         other._response_dtype = np.float32
-        other._grouped_bufs, other._operand_copies = {}, {}
+        other._operand_copies = {}
         return other
 
-    #: the reduced copy's grouped results by shape and kept operand, each rewritten by the next grouped product
-    #: of the same operand (the Z-vector's M and Y are read before the next product makes new ones; keyed by
-    #: operand too, since M^Q (nocc × nocc) and Y^Q (nvir × nocc) have one shape where nvir = nocc): fresh
-    #: results of ~100 MB would be new pages from the OS at every product, whose faults cost more kernel time
-    #: than the fp32 GEMM itself on the 2-core VM. None on the fp64 device, whose results outlive the solve in
-    #: no buffer of its own
-    _grouped_bufs: dict | None = None
-
-    def _grouped_out(self, shape: tuple[int, ...], operand) -> np.ndarray:
-        if self._grouped_bufs is None:
-            return np.empty(shape, dtype=self._response_dtype)
-        key = (shape, id(operand))
-        buf = self._grouped_bufs.get(key)
-        if buf is None or buf[0] is not operand:
-            # the operand is held beside its buffer: an id is unique only while its object lives
-            buf = self._grouped_bufs[key] = (operand, np.empty(shape, dtype=self._response_dtype))
-        return buf[1]
-
     #: the reduced copy's fp32 operands by the fp64 array they copy (its base array, data address and
-    #: elements): two layouts of one C-contiguous block — B_ov as ((Q, i), a) rows and as (Q, (i, a)) — share
-    #: one copy. The base array is held beside its copy, so that no other array can take its address
+    #: elements): the layouts of one C-contiguous block — B_ov as ((Q, i), a) rows, as (Q, (i, a)) and
+    #: transposed as (a, (Q, i)) — share one copy. The base array is held beside its copy, so that no other
+    #: array can take its address
     _operand_copies: dict | None = None
 
     def response_operand(self, a_t, moving=False):
         if self._response_dtype == np.float64:
             return a_t
+        # each copy in pages faulted in and filled by every core (precision.converted_copy): NumPy's astype
+        # filled 0.7 GB of fresh huge pages (Inosine/cc-pVDZ) from one thread in ~1 s of kernel time
         a_t = np.asarray(a_t)
         if not a_t.flags.c_contiguous:
-            return np.ascontiguousarray(a_t, dtype=self._response_dtype)
+            if a_t.ndim == 2 and a_t.T.flags.c_contiguous:
+                # a transposed view of rows (B_ov as (a, (Q, i))): the rows' copy, transposed — one copy of
+                # the block for both layouts; the GEMMs read it transposed at ~the same rate
+                return self.response_operand(a_t.T).T
+            return converted_copy(a_t, self._response_dtype)
         base = a_t if a_t.base is None else a_t.base
         key = (id(base), a_t.__array_interface__["data"][0], a_t.size)
         held = self._operand_copies.get(key)
         if held is None or held[0] is not base:
-            held = self._operand_copies[key] = (base, a_t.astype(self._response_dtype).ravel())
+            held = self._operand_copies[key] = (base, converted_copy(a_t, self._response_dtype).ravel())
         return held[1].reshape(a_t.shape)
 
     def response_gemm(self, a_t, b, stage="zvector", out=None):
@@ -389,12 +379,16 @@ class CpuDevice(Device):
                     for o, v in channels)
         self._meter.add("zvector", "fp64", time.perf_counter() - t0, flops)
 
-    def response_grouped(self, a_t, b, width, stage="zvector"):
+    def response_grouped(self, a_t, b, width, stage="zvector", out=None):
         t0 = time.perf_counter()
         a_t = np.asarray(a_t, dtype=self._response_dtype)
         k, m = a_t.shape
         groups = np.shape(b)[1] // width
-        out = self._grouped_out((groups, m, width), b)
+        # the caller's buffer where it hands one (the response reuses one for every product: fresh results of
+        # 0.1-0.3 GB would be new pages from the OS each time, whose faults cost this VM more kernel time than
+        # the GEMM itself)
+        out = np.empty((groups, m, width), dtype=self._response_dtype) if out is None else \
+            out.reshape(groups, m, width)
         b3 = np.asarray(b).reshape(k, groups, width)
         if k > m:
             # a small a_t (M^Q: nvir × nocc) against every group: one GEMM over a chunk of groups, then its

@@ -607,7 +607,10 @@ class NkiDevice(Device):
         self.launcher.keep(*planes)
         return planes
 
-    def response_grouped(self, a_t, b, width, stage="zvector"):
+    #: grouped results stay in device memory: no host buffer to write them into
+    response_grouped_on_host = False
+
+    def response_grouped(self, a_t, b, width, stage="zvector", out=None):
         """One ``gemm(width=…)`` launch: ``a_t`` (K, M) from the host stationary, the kept ``b`` (a
         ``moving=True`` handle) streamed; the result — (G·M, width) fp32, or the fp32x3 pair — stays in device
         memory (``stay``), its planes the handle :meth:`response_gemm` takes as ``b``."""

@@ -158,7 +158,10 @@ class TorchDevice(Device):
     def response_operand(self, a_t, moving=False):
         return self._t(a_t)
 
-    def response_grouped(self, a_t, b, width, stage="zvector"):
+    #: grouped results stay on the GPU: no host buffer to write them into
+    response_grouped_on_host = False
+
+    def response_grouped(self, a_t, b, width, stage="zvector", out=None):
         k, m = a_t.shape
         g = b.shape[1] // width
         return self.torch.matmul(self._t(a_t).T, b.reshape(k, g, width).transpose(0, 1)).reshape(g * m, width)

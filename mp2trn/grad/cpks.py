@@ -86,6 +86,8 @@ class ResponseJK:
             self.device.response_blocks(b, factors, [(oo[q0 : q0 + q], ov[q0 : q0 + q], vv[q0 : q0 + q])
                                                      for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)])
         self._kept = [self._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
+        #: the products' two large host temporaries, shared by the copies :meth:`on_host` and :meth:`reduced` make
+        self._scratch = _Scratch(self.naux * max(len(ch.occ) * ch.nmo for ch in chans))
         #: Z-vector products and GEMM launches so far
         self.products = self.launches = 0
         self._akak: list[np.ndarray] | None = None
@@ -105,13 +107,20 @@ class ResponseJK:
                 "oo_rows": keep(oo.reshape(naux * o, o)),                          # ((Q, j), i)
                 "oo_by_aux": keep(oo.reshape(naux, o * o))}                        # (Q, (j, i))
 
-    def _gemm(self, a_t, b) -> np.ndarray:
+    def _gemm(self, a_t, b, out: np.ndarray | None = None) -> np.ndarray:
         self.launches += 1
-        return self.device.response_gemm(a_t, np.ascontiguousarray(b) if isinstance(b, np.ndarray) else b, "zvector")
+        return self.device.response_gemm(a_t, np.ascontiguousarray(b) if isinstance(b, np.ndarray) else b, "zvector",
+                                         out=out)
 
-    def _grouped(self, a_t: np.ndarray, kept, width: int):
+    def _grouped(self, a_t: np.ndarray, kept, width: int, offset: int = 0):
+        """A grouped product (:meth:`Device.response_grouped`); on a device that computes on the host, written
+        into the scratch's second buffer from ``offset`` elements on (M^Q at 0, Y^Q after it)."""
         self.launches += 1
-        return self.device.response_grouped(np.ascontiguousarray(a_t), kept, width, "zvector")
+        out = None
+        if self.device.response_grouped_on_host:
+            dtype = np.float32 if self.device.response_precision == "fp32" else np.float64
+            out = self._scratch.view(1, (np.shape(kept)[1] // width * a_t.shape[1], width), dtype, offset)
+        return self.device.response_grouped(np.ascontiguousarray(a_t), kept, width, "zvector", out=out)
 
     def on_host(self) -> ResponseJK | None:
         """The same products through the host's fp64 GEMMs (the MO blocks shared), or None when these are."""
@@ -187,14 +196,18 @@ class ResponseJK:
             return v[offsets[c] : offsets[c + 1]].reshape(ch.nvir, len(ch.occ)).T.ravel()
 
         s = np.zeros((self.naux, self.naux))
+        # one fp32 buffer for every column chunk (new pages per chunk cost more than its syrk on the 2-core VM)
+        chunk = np.empty((self.naux, PRECONDITIONER_COLUMNS), dtype=np.float32)
         for c, ov in enumerate(self.b_ov):
             flat, w = ov.reshape(self.naux, -1), scales[c] * np.sqrt(by_ia(dinv, c))
             for c0 in range(0, flat.shape[1], PRECONDITIONER_COLUMNS):
-                x = flat[:, c0 : c0 + PRECONDITIONER_COLUMNS] * w[c0 : c0 + PRECONDITIONER_COLUMNS]
-                # NumPy's syrk in fp32 (twice the rate; summed in fp64): M only steers the solve, whose
-                # residuals stay fp64, and 1 + a sum of squares stays positive definite
-                x = x.astype(np.float32)
+                c1 = min(flat.shape[1], c0 + PRECONDITIONER_COLUMNS)
+                x = chunk[:, : c1 - c0]
+                # rounded to fp32 as it is scaled; NumPy's syrk in fp32 (twice the rate; summed in fp64): M only
+                # steers the solve, whose residuals stay fp64, and 1 + a sum of squares stays positive definite
+                np.multiply(flat[:, c0:c1], w[c0:c1], out=x, casting="same_kind")
                 s += x @ x.T
+        del chunk
         s[np.diag_indices_from(s)] += 1.0
         # S⁻¹ once (naux³ FLOPs), so that each application is NumPy GEMVs only: a SciPy solve per iteration
         # would wait for NumPy's spinning BLAS threads (mp2trn.threads), ~10 ms a call on the 2-core VM
@@ -242,7 +255,7 @@ class ResponseJK:
         for ch, kept, ov, z in zip(self.chans, self._kept, self.b_ov, zs):
             o = len(ch.occ)
             m = self._grouped(z, kept["vo_by_vir"], o)            # ((Q, i), j) = M^Q_ij
-            y = self._grouped(z.T, kept["oo_by_occ"], o)          # ((Q, b), j) = Y^Q_bj
+            y = self._grouped(z.T, kept["oo_by_occ"], o, offset=self.naux * o * o)    # ((Q, b), j) = Y^Q_bj
             rho += ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())    # 2 Σ_ia B^Q_ia z_ai = 2 tr M^Q
             exchange.append(self._gemm(kept["vv_rows"], y) + self._gemm(kept["ov_rows"], m))
             del m, y                                              # device memory for the next channel
@@ -263,16 +276,22 @@ class ResponseJK:
             raise ValueError(f"occupied_columns: rows must be None, 'vir' or 'occ', got {rows!r}")
         rho = np.zeros(self.naux)
         exchange = []
+        scratch = self._scratch
         for ch, kept, ov, vv, x in zip(self.chans, self._kept, self.b_ov, self.b_vv, mats):
-            o, occ, vir = len(ch.occ), _span(ch.occ), _span(ch.vir)
-            # W[(Q, i), r] = Σ_s B^Q_si X_sr over virtual and over occupied s; tr over r = i: ρ_ov, ρ_oo + ρ_ov
-            w = self._gemm(kept["vo_by_vir"], x[vir]).reshape(self.naux, o, -1)
+            o, v, occ, vir = len(ch.occ), ch.nvir, _span(ch.occ), _span(ch.vir)
+            # W[(Q, i), r] = Σ_s B^Q_si X_sr over virtual and over occupied s; tr over r = i: ρ_ov, ρ_oo + ρ_ov.
+            # Every (naux·nocc, nmo)-sized array here is one of the scratch's two buffers
+            w = self._gemm(kept["vo_by_vir"], x[vir], out=scratch.view(0, (self.naux * o, ch.nmo))).reshape(self.naux, o, -1)
             rho_ov = np.einsum("qii->q", w[:, :, occ])
-            w += self._gemm(kept["oo_by_occ"], x[occ]).reshape(self.naux, o, -1)
+            w += self._gemm(kept["oo_by_occ"], x[occ], out=scratch.view(1, (self.naux * o, ch.nmo))).reshape(self.naux, o, -1)
             rho += ch.weight * (np.einsum("qii->q", w[:, :, occ]) + rho_ov
                                 + vv.reshape(self.naux, -1) @ x[vir][:, vir].ravel())
-            w = w.transpose(0, 2, 1)                                              # (Q, r, i) = W^Q_ri
-            w_occ, w_vir = w[:, occ].reshape(-1, o), w[:, vir].reshape(-1, o)   # ((Q, j), i), ((Q, b), i)
+            # W^Q_ri as ((Q, j), i) and ((Q, b), i) rows, copied into the second buffer (its product is added)
+            w_occ = scratch.view(1, (self.naux, o, o))
+            w_vir = scratch.view(1, (self.naux, v, o), offset=self.naux * o * o)
+            np.copyto(w_occ, w[:, :, occ].transpose(0, 2, 1))
+            np.copyto(w_vir, w[:, :, vir].transpose(0, 2, 1))
+            w_occ, w_vir = w_occ.reshape(-1, o), w_vir.reshape(-1, o)
             del w
             k = np.full((ch.nmo, o), np.nan)
             if rows != "occ":
@@ -291,6 +310,30 @@ class ResponseJK:
                 g[ch.occ] += self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
             out.append(g)
         return out
+
+
+class _Scratch:
+    """Two host buffers of ``size`` fp64 elements each, made at their first use and reused by every product of
+    one response (and of the copies of it that share its blocks): W and its reordered halves in
+    :meth:`ResponseJK.occupied_columns`, M^Q and Y^Q of each Z-vector product where the device computes on the
+    host. Fresh arrays of 0.1-0.3 GB per product were new pages from the OS each time, whose faults cost this
+    VM more kernel time than the GEMMs that filled them (the memory plan counts the two buffers:
+    :func:`mp2trn.memory.plan_gradient`)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._buffers: list[np.ndarray | None] = [None, None]
+
+    def view(self, which: int, shape: tuple[int, ...], dtype=np.float64, offset: int = 0) -> np.ndarray:
+        """A C-contiguous ``shape`` array of ``dtype`` in buffer ``which`` (0 or 1), from its ``offset``-th
+        element of that dtype on."""
+        if self._buffers[which] is None:     # small pages faulted in by every core (memory.prefaulted_empty)
+            self._buffers[which] = prefaulted_empty((self.size,))
+        flat = self._buffers[which].view(dtype)
+        n = int(np.prod(shape))
+        if offset + n > flat.size:
+            raise ValueError(f"scratch view of {n} elements at {offset} exceeds the buffer's {flat.size}")
+        return flat[offset : offset + n].reshape(shape)
 
 
 def _span(index: np.ndarray) -> slice | np.ndarray:
