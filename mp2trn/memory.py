@@ -9,11 +9,15 @@ before any heavy work.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import mmap
 import os
 import threading
+import weakref
 from dataclasses import asdict, dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -136,7 +140,8 @@ _PREFAULT_MIN_BYTES = 64e6
 
 def prefaulted_empty(shape: tuple[int, ...], dtype=np.float64) -> np.ndarray:
     """A new C-contiguous array of ``shape`` (uninitialised in meaning, zero in fact) whose memory is
-    already mapped, in small pages, by one thread per core at once.
+    already mapped, in small pages, by one thread per core at once — carved from the active
+    :class:`Arena` (:func:`carving`) where it fits there.
 
     Why: the first write to fresh memory is what a large array costs most on a virtual machine, and NumPy
     advises the kernel to back arrays ≥ 4 MB with 2 MB huge pages, which such a machine maps slowly. On
@@ -148,22 +153,126 @@ def prefaulted_empty(shape: tuple[int, ...], dtype=np.float64) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     if nbytes < _PREFAULT_MIN_BYTES or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return np.zeros(shape, dtype=dtype)
+    arena = _ACTIVE_ARENA
+    carved = None if arena is None else arena.carve(shape, dtype)
+    if carved is not None:
+        return carved
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     buf.madvise(mmap.MADV_NOHUGEPAGE)
-    flat = np.frombuffer(buf, dtype=np.uint8)
+    _zero_on_every_core(np.frombuffer(buf, dtype=np.uint8))
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def _zero_on_every_core(flat: np.ndarray) -> None:
+    """Fill the bytes ``flat`` with zeros, a page-aligned part per core, each on a thread of its own (NumPy
+    releases the GIL for the fill, so the parts run at once and so do their page faults)."""
+    nbytes = flat.size
     nthreads = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8))
     edges = [nbytes * k // nthreads // 4096 * 4096 for k in range(nthreads)] + [nbytes]
 
-    def fault_in(k: int) -> None:  # NumPy releases the GIL for the fill, so the threads run at once
+    def fill(k: int) -> None:
         flat[edges[k] : edges[k + 1]] = 0
 
-    workers = [threading.Thread(target=fault_in, args=(k,)) for k in range(1, nthreads)]
+    workers = [threading.Thread(target=fill, args=(k,)) for k in range(1, nthreads)]
     for w in workers:
         w.start()
-    fault_in(0)
+    fill(0)
     for w in workers:
         w.join()
-    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+class Arena:
+    """One anonymous mapping (small pages) that :func:`prefaulted_empty` carves arrays from while it is active
+    (:func:`carving`), one after another; once every array carved from it is gone it starts again from its
+    first byte, so that the next stage's arrays take the pages an earlier stage faulted in.
+
+    Why: this VM reports freed memory to its host (free page reporting), so memory a stage frees and the
+    next one maps again is faulted in afresh at about a second per GB late in a run — against a memset of
+    pages still mapped. The gradient's stages each make their large arrays at their start and drop them at
+    their end (the fitting-basis pass's block buffers, the response's MO blocks, its fp32 copy and scratch,
+    the JK-fit pass's block buffers), so one mapping serves them in turn.
+
+    What stays mapped is what was faulted in, at most ``nbytes``: the largest stage's arrays, which the
+    memory plan counts at that stage. Before a stage that needs less, :meth:`trim` gives the pages past what
+    it will carve back to the system, so that no later stage holds more than the plan counts for it.
+
+    An array is carved only where it fits and the mapping is free of live arrays past its offset: whether
+    an array is alive is whether any view of it is (each is made over a buffer object of its own, watched by
+    a weak reference), so memory is never handed out twice."""
+
+    def __init__(self, nbytes: int):
+        self.size = max(4096, -(-int(nbytes) // 4096) * 4096)
+        self._map = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._map.madvise(mmap.MADV_NOHUGEPAGE)
+        self._lock = threading.RLock()       # a finalizer may run inside carve (the garbage collector)
+        self._top = 0                        # bytes carved since the arena was last empty
+        self._live = 0                       # carved arrays (with their views) alive
+        self.carved_bytes = 0                # what-ran and tests: bytes handed out in all
+        self.carves = 0
+
+    def carve(self, shape: tuple[int, ...], dtype=np.float64) -> np.ndarray | None:
+        """A zero-filled C-contiguous array of ``shape`` in the mapping, or None where it does not fit."""
+        count = int(np.prod(shape, dtype=np.int64))
+        nbytes = count * np.dtype(dtype).itemsize
+        with self._lock:
+            if self._live == 0:
+                self._top = 0
+            offset = -(-self._top // 4096) * 4096
+            if nbytes == 0 or offset + nbytes > self.size:
+                return None
+            self._top = offset + nbytes
+            self._live += 1
+            self.carved_bytes += nbytes
+            self.carves += 1
+        piece = type("_ArenaPiece", (ctypes.c_ubyte * nbytes,), {}).from_buffer(self._map, offset)
+        weakref.finalize(piece, self._released)
+        flat = np.frombuffer(piece, dtype=np.uint8)
+        _zero_on_every_core(flat)
+        return flat.view(dtype)[:count].reshape(shape)
+
+    def _released(self) -> None:
+        with self._lock:
+            self._live -= 1
+            if self._live == 0:
+                self._top = 0
+
+    @property
+    def live(self) -> int:
+        """Carved arrays alive."""
+        return self._live
+
+    def trim(self, keep: int = 0) -> bool:
+        """Give the pages past the first ``keep`` bytes back to the system (they read as zeros when touched
+        again); only while no carved array is alive (False then: nothing given back)."""
+        with self._lock:
+            if self._live:
+                return False
+            start = -(-max(0, int(keep)) // 4096) * 4096
+            if start < self.size and hasattr(mmap, "MADV_DONTNEED"):
+                self._map.madvise(mmap.MADV_DONTNEED, start, self.size - start)
+            return True
+
+
+#: the arena :func:`prefaulted_empty` carves from (:func:`carving`), None: each array its own mapping
+_ACTIVE_ARENA: Arena | None = None
+
+
+@contextlib.contextmanager
+def carving(nbytes: float) -> Iterator[Arena | None]:
+    """Inside the block :func:`prefaulted_empty` carves its arrays from one :class:`Arena` of ``nbytes``
+    (where it fits; yields it, or None where the arena cannot be made: small pages unsupported, or
+    ``nbytes`` < one array's minimum). On leaving, its pages go back to the system (the arrays still alive
+    keep theirs until they go). Not nested: an inner block leaves the outer arena active."""
+    global _ACTIVE_ARENA
+    if _ACTIVE_ARENA is not None or nbytes < _PREFAULT_MIN_BYTES or not hasattr(mmap, "MADV_NOHUGEPAGE"):
+        yield None
+        return
+    arena = _ACTIVE_ARENA = Arena(int(nbytes))
+    try:
+        yield arena
+    finally:
+        _ACTIVE_ARENA = None
+        arena.trim(0)
 
 
 @dataclass(frozen=True)

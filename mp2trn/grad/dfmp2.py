@@ -25,7 +25,8 @@ from ..devices import Device
 from ..df import build_df, largest_shell, quiet_pyscf
 from ..energy import PairEnergies
 from ..errors import InputError, ResourceError
-from ..memory import MAX_GRADIENT_BLOCK_BYTES, ChannelShape, GradientPlan, GradientSizes, ao_block_cap, plan_gradient
+from ..memory import (MAX_GRADIENT_BLOCK_BYTES, MB, ChannelShape, GradientPlan, GradientSizes, ao_block_cap,
+                      carving, plan_gradient)
 from ..options import LINDEP_GRADIENT, Frozen
 from ..orbitals import SpinOrbitals, is_uhf, reference_orbitals, select_frozen
 from ..parallel import Comm
@@ -34,7 +35,7 @@ from ..scf import check_converged
 from ..threads import one_blas_pool
 from ..transform import BStore, KeptB, build_b, scratch_writes
 from . import densities, ri, rohf
-from .jk_terms import two_electron_gradient
+from .jk_terms import carved_bytes, two_electron_gradient
 from .orbitals import channels
 from .properties import spin_summed
 from .cpks import ResponseJK
@@ -134,82 +135,87 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                                         device.storage_dtype.itemsize, reduced_itemsize), max_memory, device_mb)
     timings: dict[str, float] = {}
     reused: dict[str, str] = {}
-    t0 = time.perf_counter()
-    # B and Γ̄ in memory when both fit the plan, else in HDF5 files beside each other (each strip then reads
-    # one spin's B, or pairs of its occupied blocks, and writes its block's Γ̄ rows); B is the energy's when
-    # the run kept it, moved to where this plan wants it
-    if reuse_b:
-        was_incore = kept_b.store.incore
-        dfi, b_store = kept_b.take(plan.stores_incore)
-        reused["B"] = "the energy's" + ("" if was_incore == plan.stores_incore else
-                                        ", moved " + ("into memory" if plan.stores_incore else "to an HDF5 file"))
-    else:
-        b_store = BStore(dfi.naux, spins, device.storage_dtype, plan.stores_incore)
-        reused["B"] = "built" + ("" if kept_b is None else " (the energy's was not kept for these orbitals)")
-    with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore) as gamma:
-        if not reuse_b:
-            build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
-        if comm.size > 1:     # other ranks' Γ̄ columns stay zero here (HDF5 datasets start as zeros)
-            for arr in gamma.arrays:
-                if isinstance(arr, np.ndarray):
-                    arr[...] = 0.0
-        timings["gradient_b"] = time.perf_counter() - t0
-        # B on the device for the sweep when the energy left it there (the plan above counted it); nothing new
-        # is held here, beyond what the plan counted
-        reused["B_on_device"] = device.hold(b_store.arrays, add=False) if b_store.incore else \
-            "read from the HDF5 file strip by strip"
+    # the large block-sized arrays of each stage carved in turn from one mapping (memory.carving): a stage
+    # takes the pages the one before it faulted in; no more stays mapped than the largest stage plans
+    with carving(max(plan.stage_mb.values()) * MB) as arena:
         t0 = time.perf_counter()
-        try:
-            with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
-                dens = densities.sweep(b_store, spins, device, plan.strip_block, c_os, c_ss, gamma, progress, comm,
-                                       plan.pair_block, energies=pair_energies)
-        finally:
-            device.release()
-        timings["gradient_pairs"] = time.perf_counter() - t0
+        # B and Γ̄ in memory when both fit the plan, else in HDF5 files beside each other (each strip then reads
+        # one spin's B, or pairs of its occupied blocks, and writes its block's Γ̄ rows); B is the energy's when
+        # the run kept it, moved to where this plan wants it
+        if reuse_b:
+            was_incore = kept_b.store.incore
+            dfi, b_store = kept_b.take(plan.stores_incore)
+            reused["B"] = "the energy's" + ("" if was_incore == plan.stores_incore else
+                                            ", moved " + ("into memory" if plan.stores_incore else "to an HDF5 file"))
+        else:
+            b_store = BStore(dfi.naux, spins, device.storage_dtype, plan.stores_incore)
+            reused["B"] = "built" + ("" if kept_b is None else " (the energy's was not kept for these orbitals)")
+        with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore) as gamma:
+            if not reuse_b:
+                build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
+            if comm.size > 1:     # other ranks' Γ̄ columns stay zero here (HDF5 datasets start as zeros)
+                for arr in gamma.arrays:
+                    if isinstance(arr, np.ndarray):
+                        arr[...] = 0.0
+            timings["gradient_b"] = time.perf_counter() - t0
+            # B on the device for the sweep when the energy left it there (the plan above counted it); nothing new
+            # is held here, beyond what the plan counted
+            reused["B_on_device"] = device.hold(b_store.arrays, add=False) if b_store.incore else \
+                "read from the HDF5 file strip by strip"
+            t0 = time.perf_counter()
+            try:
+                with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
+                    dens = densities.sweep(b_store, spins, device, plan.strip_block, c_os, c_ss, gamma, progress, comm,
+                                           plan.pair_block, energies=pair_energies)
+            finally:
+                device.release()
+            timings["gradient_pairs"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            weights = [ch.weight for ch in chans]
+            gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, plan.metric_cols), "gradient")
+            b_store.close()       # B is done with: the fitting-basis pass has the budget without it
+            ri.to_fitting_coefficients(gamma, dfi.l_chol, plan.metric_cols)
+            lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, derivatives, device)
+            lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
+            de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
+            de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
+            timings["gradient_ri"] = time.perf_counter() - t0
+        del dfi, gam
         t0 = time.perf_counter()
-        weights = [ch.weight for ch in chans]
-        gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, plan.metric_cols), "gradient")
-        b_store.close()       # B is done with: the fitting-basis pass has the budget without it
-        ri.to_fitting_coefficients(gamma, dfi.l_chol, plan.metric_cols)
-        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, derivatives, device)
-        lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
-        de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
-        de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
-        timings["gradient_ri"] = time.perf_counter() - t0
-    del dfi, gam
-    t0 = time.perf_counter()
-    products, reused["jkfit_tensor"], from_scf = _response_products(mf, chans, plan, reuse_scf_tensor, device)
-    fast = isinstance(products, ResponseJK)
-    # the Z-vector's inner solves on the blocks' reduced copy where the plan has room for it (refined by these
-    # fp64 products; the ROHF solve takes its products as they are)
-    resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian, reduced=plan.response_reduced) if orbs is mf \
-        else rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
-    zvector = {**(resp.zvector or products.describe()), "iterations": resp.iterations, "residual": resp.residual,
-               **({"fallback": resp.fallback} if resp.fallback else {}),
-               **({} if orbs is mf else {"preconditioner": rohf.PRECONDITIONER})}
-    del products
-    # the J/K builds' tensor is not needed past the response, but for the JK-fit pass's first half where it
-    # is L⁻¹(Q|μν) whole and the response's MO blocks came from it: then the plan held it beside everything
-    # (pipeline.scf_tensor_held_mb). Its device blocks go now, its rows after that pass's first half
-    held = cholesky_scf_tensor(mf) if derivatives and from_scf else None
-    if held is None:
-        release_scf_tensor(mf)
-    else:
-        held.release(keep_rows=True)
-    reused["jkfit_integrals"] = ("the SCF's tensor L⁻¹(Q|μν) (ρ and (Q|iμ) read from it)" if held is not None
-                                 else "computed (3-index integrals)") if derivatives else "not needed"
-    timings["gradient_response"] = time.perf_counter() - t0
-    terms: dict[str, np.ndarray] = {}
-    gradient = None
-    if derivatives:
-        t0 = time.perf_counter()
-        terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
-                                  plan.jk_half_incore, held)
-        del held
-        timings["gradient_integrals"] = time.perf_counter() - t0
-        terms["mp2_ri_3c"] = de_3c
-        terms["mp2_ri_metric"] = de_metric
-        gradient = sum(terms.values())
+        products, reused["jkfit_tensor"], from_scf = _response_products(mf, chans, plan, reuse_scf_tensor, device)
+        fast = isinstance(products, ResponseJK)
+        # the Z-vector's inner solves on the blocks' reduced copy where the plan has room for it (refined by these
+        # fp64 products; the ROHF solve takes its products as they are)
+        resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian, reduced=plan.response_reduced) if orbs is mf \
+            else rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
+        zvector = {**(resp.zvector or products.describe()), "iterations": resp.iterations, "residual": resp.residual,
+                   **({"fallback": resp.fallback} if resp.fallback else {}),
+                   **({} if orbs is mf else {"preconditioner": rohf.PRECONDITIONER})}
+        del products
+        # the J/K builds' tensor is not needed past the response, but for the JK-fit pass's first half where it
+        # is L⁻¹(Q|μν) whole and the response's MO blocks came from it: then the plan held it beside everything
+        # (pipeline.scf_tensor_held_mb). Its device blocks go now, its rows after that pass's first half
+        held = cholesky_scf_tensor(mf) if derivatives and from_scf else None
+        if held is None:
+            release_scf_tensor(mf)
+        else:
+            held.release(keep_rows=True)
+        reused["jkfit_integrals"] = ("the SCF's tensor L⁻¹(Q|μν) (ρ and (Q|iμ) read from it)" if held is not None
+                                     else "computed (3-index integrals)") if derivatives else "not needed"
+        timings["gradient_response"] = time.perf_counter() - t0
+        terms: dict[str, np.ndarray] = {}
+        gradient = None
+        if derivatives:
+            t0 = time.perf_counter()
+            if arena is not None:     # the response's pages past what the JK-fit pass carves go back now
+                arena.trim(carved_bytes(mf.mol.nao_nr(), plan.jk_aux_block))
+            terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
+                                      plan.jk_half_incore, held)
+            del held
+            timings["gradient_integrals"] = time.perf_counter() - t0
+            terms["mp2_ri_3c"] = de_3c
+            terms["mp2_ri_metric"] = de_metric
+            gradient = sum(terms.values())
     timings["gradient"] = time.perf_counter() - t_start
     dm_hf = np.asarray(mf.make_rdm1())
     what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",

@@ -28,6 +28,18 @@ from ..orbitals import SpinOrbitals
 from .ri import _per_atom, contract_3c_derivatives, fitted_rows, metric_gradient
 
 
+#: the derivative pass's block buffers, nao² fp64 each per fitting function of its largest block: the
+#: symmetrised "density", one channel's product and the three derivative integrals (the first pass's one
+#: buffer of unpacked rows is gone by then)
+_PASS_BUFFERS = 5
+
+
+def carved_bytes(nao: int, aux_block: int) -> int:
+    """Bytes of block buffers (:func:`mp2trn.df.reused_buffer`) the JK-fit pass holds at once, at most, for
+    blocks of ``aux_block`` fitting functions: what it carves from an active :class:`mp2trn.memory.Arena`."""
+    return _PASS_BUFFERS * aux_block * nao * nao * 8
+
+
 def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,
                           comm: Comm | None = None, columns: int | None = None,
                           half_incore: bool = True, scf_tensor=None) -> np.ndarray:
