@@ -31,6 +31,10 @@
                 ``astype`` against ``precision.fp32_copy``, and the compensated builds' fp32 pairs made
                 afresh against with their first half taken from the fp32 rows (what the precision switch
                 does), each in a fresh process, the ways taking turns.
+10. ``refault`` memory freed and mapped again within one process: a prefaulted array the size of the tensor
+                filled, freed, and after a pause (this VM reports freed pages to its host, which takes them
+                back) made and filled again, against the same array carved twice from one
+                ``mp2trn.memory.Arena`` (its pages stay mapped: the gradient's stages share them).
 
 A benchmark: it prints measurements and asserts nothing.
 """
@@ -49,7 +53,7 @@ from pyscf import df, lib, scf
 from mp2trn.df import _shell_ranges, build_df, cholesky_tensor, reused_buffer
 from mp2trn.jk import DeviceJK
 from mp2trn.machine import machine_description
-from mp2trn.memory import prefaulted_empty
+from mp2trn.memory import Arena, prefaulted_empty
 from mp2trn.molecule import build_mole
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,6 +306,28 @@ print((time.perf_counter() - t0) / 600 * 1e3)
 """
 
 
+def refault(mol, rounds: int = 2, pause: float = 5.0) -> None:
+    shape = _tensor_shape(mol)
+    gb = np.prod(shape) * 8 / 1e9
+    arena = Arena(int(np.prod(shape)) * 8)
+
+    def filled(make) -> float:
+        t0 = time.perf_counter()
+        a = make()
+        a[...] = 1.0
+        return time.perf_counter() - t0
+
+    for rnd in range(rounds):
+        fresh = filled(lambda: prefaulted_empty(shape))     # freed again as the array goes
+        time.sleep(pause)
+        again = filled(lambda: prefaulted_empty(shape))
+        first = filled(lambda: arena.carve(shape))
+        time.sleep(pause)
+        reused = filled(lambda: arena.carve(shape))
+        print(f"refault round {rnd + 1}, {gb:.2f} GB: prefaulted_empty {fresh:.2f} s, again after {pause:.0f} s "
+              f"{again:.2f} s; Arena.carve {first:.2f} s, again after {pause:.0f} s (pages kept) {reused:.2f} s")
+
+
 def heap(mol) -> None:
     budgets = {"128 kB (budget None or < 13 MB)": 0.0, "32 MB (budget >= 3.2 GB)": 4000.0}
     times = {k: [] for k in budgets}
@@ -319,7 +345,8 @@ def main() -> None:
     ap.add_argument("--xyz", default=str(ROOT / "molecules/gpu4pyscf/organic/031_Inosine.xyz"))
     ap.add_argument("--basis", default="cc-pvdz")
     ap.add_argument("--only", nargs="+", default=["tensor", "touch", "blocks", "rank", "guess"],
-                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf", "planes", "heap", "copy"])
+                    choices=["tensor", "touch", "blocks", "rank", "guess", "soscf", "planes", "heap", "copy",
+                             "refault"])
     ap.add_argument("--fill", nargs="+", help=argparse.SUPPRESS)   # touch's child process: LABEL N1 N2 N3
     ap.add_argument("--copy", nargs="+", help=argparse.SUPPRESS)   # copy's child process: LABEL N1 N2 N3
     args = ap.parse_args()

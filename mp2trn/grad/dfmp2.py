@@ -208,7 +208,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         if derivatives:
             t0 = time.perf_counter()
             if arena is not None:     # the response's pages past what the JK-fit pass carves go back now
-                arena.trim(carved_bytes(mf.mol.nao_nr(), plan.jk_aux_block))
+                arena.trim(carved_bytes(mf.mol.nao_nr(), plan.jk_aux_block, mf.with_df.auxmol.nao_nr(),
+                                        plan.jk_columns or max(len(ch.occ) for ch in chans)))
             terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
                                       plan.jk_half_incore, held)
             del held

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 
 from ..df import _shell_ranges, reused_buffer, tensor_rows_unpacked, unpacked_integrals
-from ..memory import SpinShape
+from ..memory import SpinShape, prefaulted_empty
 from ..parallel import Comm
 from ..scratch import check_stopped
 from ..transform import BStore, scratch_writes
@@ -34,10 +34,11 @@ from .ri import _per_atom, contract_3c_derivatives, fitted_rows, metric_gradient
 _PASS_BUFFERS = 5
 
 
-def carved_bytes(nao: int, aux_block: int) -> int:
-    """Bytes of block buffers (:func:`mp2trn.df.reused_buffer`) the JK-fit pass holds at once, at most, for
-    blocks of ``aux_block`` fitting functions: what it carves from an active :class:`mp2trn.memory.Arena`."""
-    return _PASS_BUFFERS * aux_block * nao * nao * 8
+def carved_bytes(nao: int, aux_block: int, naux: int, columns: int) -> int:
+    """Bytes the JK-fit pass holds at once, at most, in arrays it carves from an active
+    :class:`mp2trn.memory.Arena`: c (naux, ``columns``·nao) of its metric solve, or later its block buffers
+    (:func:`mp2trn.df.reused_buffer`) for blocks of ``aux_block`` fitting functions."""
+    return max(_PASS_BUFFERS * aux_block * nao * nao, naux * columns * nao) * 8
 
 
 def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,
@@ -113,7 +114,9 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
             for i0 in range(0, o.shape[1], step):
                 cols = slice(i0 * nao, min(o.shape[1], i0 + step) * nao)
                 d = fitted_rows(low, np.ascontiguousarray(arr[:, cols]), both=not from_tensor)
-                c = (d.reshape(-1, nao) @ z).reshape(naux, -1)
+                # in pages made ahead (carved where the gradient's arena is active: the response's, reused)
+                c = np.matmul(d.reshape(-1, nao), z, out=prefaulted_empty((d.shape[0] * d.shape[1] // nao, nao)))
+                c = c.reshape(naux, -1)
                 _add_symmetric_product(dc, d, c)
                 del d
                 arr[:, cols] = c

@@ -98,6 +98,10 @@ def _per_atom(mol: gto.Mole, natm: int, per_function: np.ndarray) -> np.ndarray:
     return out
 
 
+#: bytes of the products ip1·g a thread of :func:`contract_3c_derivatives` makes and sums at a time (in cache)
+_CONTRACT_CACHE_BYTES = 2e6
+
+
 def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao: np.ndarray,
                             per_aux: np.ndarray, out: np.ndarray | None = None) -> None:
     """Add Σ_Pμν g[P, μ, ν] (μν|P)^R, split by the function carrying the derivative: orbital functions into
@@ -108,22 +112,27 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao
     once transposed, ∇ on μ; d/dR_A is −∇ for functions on A. The derivative on the fitting function is not
     computed: translational invariance of each integral, ∇_μ + ∇_ν + ∇_P = 0, makes it
     −(ip1[μ,ν,P] + ip1[ν,μ,P]), so one product of ip1 with the symmetrised g gives both sums (and half the
-    derivative integrals). The row and column dot products (memory-bound) run on two threads, each over
-    half of the block's fitting functions. ``out``: a buffer of at least 3·p·nao² fp64 for the derivative
+    derivative integrals). The products ip1·g (memory-bound) are made on two threads, each over half of the
+    block's fitting functions, a few functions at a time into a buffer that stays in cache, and summed there
+    over ν; both sums come from those (P, μ) partial sums, so ip1 and g are read from memory once (two dot
+    products over them read each twice). ``out``: a buffer of at least 3·p·nao² fp64 for the derivative
     integrals (:func:`mp2trn.df.reused_buffer`), else a new array."""
     p, nao = sym.shape[0], sym.shape[1]
     ip = pmol.intor("int3c2e_ip1", comp=3, aosym="s1", shls_slice=shls,
                     out=None if out is None else out[: 3 * p * nao * nao]).transpose(0, 3, 2, 1)
     edges = [0, p // 2, p] if p > 1 else [0, p]
     parts = np.zeros((len(edges) - 1, nao, 3))
+    step = max(1, int(_CONTRACT_CACHE_BYTES // (8 * nao * nao)))
 
     def part(k: int) -> None:
-        rows = slice(edges[k], edges[k + 1])
-        q = edges[k + 1] - edges[k]
-        by_ao, by_aux = sym[rows].reshape(-1, nao), sym[rows].reshape(q, -1)
-        for x in range(3):                                              # no temporaries
-            parts[k, :, x] -= np.einsum("rm,rm->m", ip[x, rows].reshape(-1, nao), by_ao)
-            per_aux[rows, x] += np.einsum("pr,pr->p", ip[x, rows].reshape(q, -1), by_aux)
+        prod, by_p = np.empty((step, nao, nao)), np.empty((step, nao))
+        for q0 in range(edges[k], edges[k + 1], step):
+            q1 = min(edges[k + 1], q0 + step)
+            for x in range(3):
+                pr = np.multiply(ip[x, q0:q1], sym[q0:q1], out=prod[: q1 - q0])
+                s = pr.sum(axis=1, out=by_p[: q1 - q0])                   # Σ_ν: (P, μ)
+                parts[k, :, x] -= s.sum(axis=0)
+                per_aux[q0:q1, x] += s.sum(axis=1)
 
     with ThreadPoolExecutor(len(edges) - 1) as pool:                   # NumPy's einsum lets go of the GIL
         for _ in pool.map(part, range(len(edges) - 1)):
