@@ -20,7 +20,7 @@ import numpy as np
 from .devices.base import Device
 from .df import DFIntegrals, largest_shell, make_auxmol, metric_cholesky
 from .errors import ResourceError
-from .memory import BlockPlan, SpinShape, all_electron_shapes, early_blocks_mb, plan_blocks
+from .memory import BlockPlan, SpinShape, all_electron_shapes, early_blocks_mb, plan_blocks, prefaulted_empty
 from .orbitals import SpinOrbitals
 from .overlap import EarlyBlocks, made_ahead, overlaps
 from .parallel import Comm, balanced_counts, offsets, weighted_split
@@ -36,14 +36,19 @@ _READ_ROWS = 64
 class BStore:
     """Holds one 2-D (naux, nocc·nvir) array per spin: NumPy in memory or datasets in a temp HDF5."""
 
-    def __init__(self, naux: int, spins: list[SpinOrbitals], dtype: np.dtype, incore: bool, tmpdir: str | None = None):
+    def __init__(self, naux: int, spins: list[SpinOrbitals], dtype: np.dtype, incore: bool, tmpdir: str | None = None,
+                 made_ahead: bool = False):
+        """``made_ahead``: in memory, each array in pages mapped ahead by every core
+        (:func:`mp2trn.memory.prefaulted_empty`: carved from the gradient's arena while one is active), zeros;
+        else ``np.empty``."""
         self.incore = incore
         self.dtype = np.dtype(dtype)
         self._file = None
         self._path = None
         self.arrays: list = []
         if incore:
-            self.arrays = [np.empty((naux, s.nocc * s.nvir), dtype=dtype) for s in spins]
+            make = prefaulted_empty if made_ahead else np.empty
+            self.arrays = [make((naux, s.nocc * s.nvir), dtype=dtype) for s in spins]
         else:
             fd, self._path = tempfile.mkstemp(prefix="mp2trn-B-", suffix=".h5", dir=tmpdir)
             os.close(fd)

@@ -150,7 +150,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         else:
             b_store = BStore(dfi.naux, spins, device.storage_dtype, plan.stores_incore)
             reused["B"] = "built" + ("" if kept_b is None else " (the energy's was not kept for these orbitals)")
-        with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore) as gamma:
+        with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore, made_ahead=True) as gamma:
             if not reuse_b:
                 build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
             if comm.size > 1:     # other ranks' Γ̄ columns stay zero here (HDF5 datasets start as zeros)
@@ -208,8 +208,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         if derivatives:
             t0 = time.perf_counter()
             if arena is not None:     # the response's pages past what the JK-fit pass carves go back now
-                arena.trim(carved_bytes(mf.mol.nao_nr(), plan.jk_aux_block, mf.with_df.auxmol.nao_nr(),
-                                        plan.jk_columns or max(len(ch.occ) for ch in chans)))
+                arena.trim(carved_bytes(mf.mol.nao_nr(), mf.with_df.auxmol.nao_nr(), plan.jk_aux_block,
+                                        plan.jk_columns, [len(ch.occ) for ch in chans], plan.jk_half_incore))
             terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
                                       plan.jk_half_incore, held)
             del held

@@ -34,11 +34,13 @@ from .ri import _per_atom, contract_3c_derivatives, fitted_rows, metric_gradient
 _PASS_BUFFERS = 5
 
 
-def carved_bytes(nao: int, aux_block: int, naux: int, columns: int) -> int:
+def carved_bytes(nao: int, naux: int, aux_block: int, columns: int, noccs: list[int], half_incore: bool) -> int:
     """Bytes the JK-fit pass holds at once, at most, in arrays it carves from an active
-    :class:`mp2trn.memory.Arena`: c (naux, ``columns``·nao) of its metric solve, or later its block buffers
+    :class:`mp2trn.memory.Arena`: A = (P|iμ) per channel (``noccs``; in memory where ``half_incore``) for the
+    whole pass, and beside it c (naux, ``columns``·nao) of its metric solve, or later its block buffers
     (:func:`mp2trn.df.reused_buffer`) for blocks of ``aux_block`` fitting functions."""
-    return max(_PASS_BUFFERS * aux_block * nao * nao, naux * columns * nao) * 8
+    half = naux * nao * sum(noccs) if half_incore else 0
+    return (half + max(_PASS_BUFFERS * aux_block * nao * nao, naux * max(1, columns) * nao)) * 8
 
 
 def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,
@@ -81,7 +83,7 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
     else:
         def fitted(x: np.ndarray) -> np.ndarray:
             return scipy.linalg.cho_solve(chol, x, check_finite=False)
-    with BStore(naux, shapes, np.float64, half_incore) as half, \
+    with BStore(naux, shapes, np.float64, half_incore, made_ahead=True) as half, \
             scratch_writes("the JK-fit pass's (P|iμ)", naux * nao * sum(o.shape[1] for o in occ) * 8):
         # pass 1: ρ[D], ρ[Z] and the half-transformed A = (P|iμ) per channel (each L⁻¹ of it with scf_rows)
         rho_d, rho_z = np.zeros(naux), np.zeros(naux)
