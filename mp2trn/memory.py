@@ -183,8 +183,9 @@ def _zero_on_every_core(flat: np.ndarray) -> None:
 
 class Arena:
     """One anonymous mapping (small pages) that :func:`prefaulted_empty` carves arrays from while it is active
-    (:func:`carving`), one after another; once every array carved from it is gone it starts again from its
-    first byte, so that the next stage's arrays take the pages an earlier stage faulted in.
+    (:func:`carving`), each past the live ones: once the arrays carved last are gone their space is the next
+    one's, and once every array is gone it starts again from its first byte, so that the next stage's arrays
+    take the pages an earlier stage faulted in.
 
     Why: this VM reports freed memory to its host (free page reporting), so memory a stage frees and the
     next one maps again is faulted in afresh at about a second per GB late in a run — against a memset of
@@ -196,56 +197,52 @@ class Arena:
     memory plan counts at that stage. Before a stage that needs less, :meth:`trim` gives the pages past what
     it will carve back to the system, so that no later stage holds more than the plan counts for it.
 
-    An array is carved only where it fits and the mapping is free of live arrays past its offset: whether
-    an array is alive is whether any view of it is (each is made over a buffer object of its own, watched by
-    a weak reference), so memory is never handed out twice."""
+    An array is carved only where it fits and no live array lies at or past its offset: whether an array is
+    alive is whether any view of it is (each is made over a buffer object of its own, watched by a weak
+    reference), so memory is never handed out twice."""
 
     def __init__(self, nbytes: int):
         self.size = max(4096, -(-int(nbytes) // 4096) * 4096)
         self._map = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._map.madvise(mmap.MADV_NOHUGEPAGE)
         self._lock = threading.RLock()       # a finalizer may run inside carve (the garbage collector)
-        self._top = 0                        # bytes carved since the arena was last empty
-        self._live = 0                       # carved arrays (with their views) alive
-        self.carved_bytes = 0                # what-ran and tests: bytes handed out in all
+        self._ends: dict[int, int] = {}      # live pieces: offset → end (bytes)
+        self.carved_bytes = 0                # tests: bytes handed out in all
         self.carves = 0
 
     def carve(self, shape: tuple[int, ...], dtype=np.float64) -> np.ndarray | None:
-        """A zero-filled C-contiguous array of ``shape`` in the mapping, or None where it does not fit."""
+        """A zero-filled C-contiguous array of ``shape`` in the mapping past every live one (so the space of
+        the last arrays to go is the next one's: the stages' arrays go last in, first out), or None where it
+        does not fit."""
         count = int(np.prod(shape, dtype=np.int64))
         nbytes = count * np.dtype(dtype).itemsize
         with self._lock:
-            if self._live == 0:
-                self._top = 0
-            offset = -(-self._top // 4096) * 4096
+            offset = -(-max(self._ends.values(), default=0) // 4096) * 4096
             if nbytes == 0 or offset + nbytes > self.size:
                 return None
-            self._top = offset + nbytes
-            self._live += 1
+            self._ends[offset] = offset + nbytes
             self.carved_bytes += nbytes
             self.carves += 1
         piece = type("_ArenaPiece", (ctypes.c_ubyte * nbytes,), {}).from_buffer(self._map, offset)
-        weakref.finalize(piece, self._released)
+        weakref.finalize(piece, self._released, offset)
         flat = np.frombuffer(piece, dtype=np.uint8)
         _zero_on_every_core(flat)
         return flat.view(dtype)[:count].reshape(shape)
 
-    def _released(self) -> None:
+    def _released(self, offset: int) -> None:
         with self._lock:
-            self._live -= 1
-            if self._live == 0:
-                self._top = 0
+            del self._ends[offset]
 
     @property
     def live(self) -> int:
-        """Carved arrays alive."""
-        return self._live
+        """Carved arrays alive (each with its views)."""
+        return len(self._ends)
 
     def trim(self, keep: int = 0) -> bool:
         """Give the pages past the first ``keep`` bytes back to the system (they read as zeros when touched
         again); only while no carved array is alive (False then: nothing given back)."""
         with self._lock:
-            if self._live:
+            if self._ends:
                 return False
             start = -(-max(0, int(keep)) // 4096) * 4096
             if start < self.size and hasattr(mmap, "MADV_DONTNEED"):

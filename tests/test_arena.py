@@ -56,6 +56,22 @@ def test_a_view_keeps_its_carved_bytes_taken():
     assert arena.live == 0
 
 
+def test_the_space_of_the_last_arrays_to_go_is_the_next_ones():
+    arena = Arena(8 * MB)
+    a = arena.carve((MB // 8,))
+    b = arena.carve((MB // 8,))
+    b_at = _address(b)
+    del b
+    gc.collect()
+    c = arena.carve((MB // 8,))
+    assert _address(c) == b_at                     # b was the last: its space is c's
+    del a
+    gc.collect()
+    d = arena.carve((MB // 8,))
+    assert _address(d) > _address(c)               # a's space lies below the live c: not taken
+    assert not np.shares_memory(c, d)
+
+
 def test_what_does_not_fit_is_not_carved():
     arena = Arena(2 * MB)
     assert arena.carve((3 * MB // 8,)) is None

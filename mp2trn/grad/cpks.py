@@ -86,7 +86,9 @@ class ResponseJK:
             self.device.response_blocks(b, factors, [(oo[q0 : q0 + q], ov[q0 : q0 + q], vv[q0 : q0 + q])
                                                      for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)])
         self._kept = [self._keep(oo, ov, vv) for oo, ov, vv in zip(self.b_oo, self.b_ov, self.b_vv)]
-        #: the products' two large host temporaries, shared by the copies :meth:`on_host` and :meth:`reduced` make
+        #: the products' large host temporary, shared by the copies :meth:`on_host` and :meth:`reduced` make; made
+        #: now, after the blocks, so that what the products make and drop later (G[X]'s W, the fp32 copy of the
+        #: blocks) lies past it and shares one space in the gradient's arena (memory.Arena)
         self._scratch = _Scratch(self.naux * max(len(ch.occ) * ch.nmo for ch in chans))
         #: Z-vector products and GEMM launches so far
         self.products = self.launches = 0
@@ -114,12 +116,12 @@ class ResponseJK:
 
     def _grouped(self, a_t: np.ndarray, kept, width: int, offset: int = 0):
         """A grouped product (:meth:`Device.response_grouped`); on a device that computes on the host, written
-        into the scratch's second buffer from ``offset`` elements on (M^Q at 0, Y^Q after it)."""
+        into the scratch from ``offset`` elements on (M^Q at 0, Y^Q after it)."""
         self.launches += 1
         out = None
         if self.device.response_grouped_on_host:
             dtype = np.float32 if self.device.response_precision == "fp32" else np.float64
-            out = self._scratch.view(1, (np.shape(kept)[1] // width * a_t.shape[1], width), dtype, offset)
+            out = self._scratch.view((np.shape(kept)[1] // width * a_t.shape[1], width), dtype, offset)
         return self.device.response_grouped(np.ascontiguousarray(a_t), kept, width, "zvector", out=out)
 
     def on_host(self) -> ResponseJK | None:
@@ -280,15 +282,16 @@ class ResponseJK:
         for ch, kept, ov, vv, x in zip(self.chans, self._kept, self.b_ov, self.b_vv, mats):
             o, v, occ, vir = len(ch.occ), ch.nvir, _span(ch.occ), _span(ch.vir)
             # W[(Q, i), r] = Σ_s B^Q_si X_sr over virtual and over occupied s; tr over r = i: ρ_ov, ρ_oo + ρ_ov.
-            # Every (naux·nocc, nmo)-sized array here is one of the scratch's two buffers
-            w = self._gemm(kept["vo_by_vir"], x[vir], out=scratch.view(0, (self.naux * o, ch.nmo))).reshape(self.naux, o, -1)
+            # W in pages made ahead (carved from the gradient's arena, past the scratch: after this call the
+            # fp32 copy of the blocks takes its space), its second product and reordered halves in the scratch
+            w = self._gemm(kept["vo_by_vir"], x[vir], out=prefaulted_empty((self.naux * o, ch.nmo))).reshape(self.naux, o, -1)
             rho_ov = np.einsum("qii->q", w[:, :, occ])
-            w += self._gemm(kept["oo_by_occ"], x[occ], out=scratch.view(1, (self.naux * o, ch.nmo))).reshape(self.naux, o, -1)
+            w += self._gemm(kept["oo_by_occ"], x[occ], out=scratch.view((self.naux * o, ch.nmo))).reshape(self.naux, o, -1)
             rho += ch.weight * (np.einsum("qii->q", w[:, :, occ]) + rho_ov
                                 + vv.reshape(self.naux, -1) @ x[vir][:, vir].ravel())
-            # W^Q_ri as ((Q, j), i) and ((Q, b), i) rows, copied into the second buffer (its product is added)
-            w_occ = scratch.view(1, (self.naux, o, o))
-            w_vir = scratch.view(1, (self.naux, v, o), offset=self.naux * o * o)
+            # W^Q_ri as ((Q, j), i) and ((Q, b), i) rows, copied into the scratch (its product is added)
+            w_occ = scratch.view((self.naux, o, o))
+            w_vir = scratch.view((self.naux, v, o), offset=self.naux * o * o)
             np.copyto(w_occ, w[:, :, occ].transpose(0, 2, 1))
             np.copyto(w_vir, w[:, :, vir].transpose(0, 2, 1))
             w_occ, w_vir = w_occ.reshape(-1, o), w_vir.reshape(-1, o)
@@ -313,23 +316,21 @@ class ResponseJK:
 
 
 class _Scratch:
-    """Two host buffers of ``size`` fp64 elements each, made at their first use and reused by every product of
-    one response (and of the copies of it that share its blocks): W and its reordered halves in
-    :meth:`ResponseJK.occupied_columns`, M^Q and Y^Q of each Z-vector product where the device computes on the
-    host. Fresh arrays of 0.1-0.3 GB per product were new pages from the OS each time, whose faults cost this
-    VM more kernel time than the GEMMs that filled them (the memory plan counts the two buffers:
-    :func:`mp2trn.memory.plan_gradient`)."""
+    """One host buffer of ``size`` fp64 elements, made at once (in pages made ahead: carved from the
+    gradient's arena while one is active) and reused by every product of one response and of the copies of
+    it that share its blocks: M^Q and Y^Q of each Z-vector product where the device computes on the host, and
+    G[X]'s second product and W's reordered halves in :meth:`ResponseJK.occupied_columns`. Fresh arrays of
+    0.1-0.3 GB per product were new pages from the OS each time, whose faults cost this VM more kernel time
+    than the GEMMs that filled them (the memory plan counts it with W: :func:`mp2trn.memory.plan_gradient`)."""
 
     def __init__(self, size: int):
         self.size = size
-        self._buffers: list[np.ndarray | None] = [None, None]
+        self._buffer = prefaulted_empty((size,))
 
-    def view(self, which: int, shape: tuple[int, ...], dtype=np.float64, offset: int = 0) -> np.ndarray:
-        """A C-contiguous ``shape`` array of ``dtype`` in buffer ``which`` (0 or 1), from its ``offset``-th
-        element of that dtype on."""
-        if self._buffers[which] is None:     # small pages faulted in by every core (memory.prefaulted_empty)
-            self._buffers[which] = prefaulted_empty((self.size,))
-        flat = self._buffers[which].view(dtype)
+    def view(self, shape: tuple[int, ...], dtype=np.float64, offset: int = 0) -> np.ndarray:
+        """A C-contiguous ``shape`` array of ``dtype`` in the buffer, from its ``offset``-th element of that
+        dtype on."""
+        flat = self._buffer.view(dtype)
         n = int(np.prod(shape))
         if offset + n > flat.size:
             raise ValueError(f"scratch view of {n} elements at {offset} exceeds the buffer's {flat.size}")
