@@ -183,71 +183,102 @@ def _zero_on_every_core(flat: np.ndarray) -> None:
 
 class Arena:
     """One anonymous mapping (small pages) that :func:`prefaulted_empty` carves arrays from while it is active
-    (:func:`carving`), each past the live ones: once the arrays carved last are gone their space is the next
-    one's, and once every array is gone it starts again from its first byte, so that the next stage's arrays
-    take the pages an earlier stage faulted in.
+    (:func:`carving`), each in the first gap between the live ones where it fits: the space of arrays that
+    are gone is the next ones', so that a stage's arrays take the pages an earlier stage faulted in.
 
     Why: this VM reports freed memory to its host (free page reporting), so memory a stage frees and the
-    next one maps again is faulted in afresh at about a second per GB late in a run — against a memset of
-    pages still mapped. The gradient's stages each make their large arrays at their start and drop them at
-    their end (the fitting-basis pass's block buffers, the response's MO blocks, its fp32 copy and scratch,
-    the JK-fit pass's block buffers), so one mapping serves them in turn.
+    next one maps again is faulted in afresh, at about a second per GB late in a run, against a memset of
+    pages still mapped (``python scripts/bench_scf_costs.py --only refault``). The gradient's stages each make
+    their large arrays at their start and drop them at their end (Γ̄ and the fitting-basis pass's block
+    buffers, the response's MO blocks, scratch, W and fp32 copy, the JK-fit pass's (P|iμ), c and block
+    buffers), so one mapping serves them in turn.
 
-    What stays mapped is what was faulted in, at most ``nbytes``: the largest stage's arrays, which the
-    memory plan counts at that stage. Before a stage that needs less, :meth:`trim` gives the pages past what
-    it will carve back to the system, so that no later stage holds more than the plan counts for it.
+    What stays mapped is what was faulted in. Between stages :meth:`trim` gives back the pages past what the
+    next stage carves (and past every live array), so that no stage holds more than the plan counts for it.
 
-    An array is carved only where it fits and no live array lies at or past its offset: whether an array is
-    alive is whether any view of it is (each is made over a buffer object of its own, watched by a weak
-    reference), so memory is never handed out twice."""
+    An array is carved only where no live array lies: whether an array is alive is whether any view of it
+    is (each is made over a buffer object of its own, watched by a weak reference), so memory is never
+    handed out twice. Carving is safe from any thread."""
 
     def __init__(self, nbytes: int):
-        self.size = max(4096, -(-int(nbytes) // 4096) * 4096)
+        self.size = _pages(nbytes) or 4096
         self._map = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._map.madvise(mmap.MADV_NOHUGEPAGE)
-        self._lock = threading.RLock()       # a finalizer may run inside carve (the garbage collector)
+        self._lock = threading.Lock()
         self._ends: dict[int, int] = {}      # live pieces: offset → end (bytes)
+        # offsets of pieces gone, appended by their finalizers (which may run inside carve, when the garbage
+        # collector runs there) and taken off the live pieces under the lock
+        self._gone: list[int] = []
         self.carved_bytes = 0                # tests: bytes handed out in all
         self.carves = 0
 
+    def _live_ends(self) -> dict[int, int]:
+        """The live pieces (call with the lock held)."""
+        while self._gone:
+            self._ends.pop(self._gone.pop(), None)
+        return self._ends
+
     def carve(self, shape: tuple[int, ...], dtype=np.float64) -> np.ndarray | None:
-        """A zero-filled C-contiguous array of ``shape`` in the mapping past every live one (so the space of
-        the last arrays to go is the next one's: the stages' arrays go last in, first out), or None where it
-        does not fit."""
+        """A zero-filled C-contiguous array of ``shape`` in the first gap between live arrays that holds it,
+        or None where none does."""
         count = int(np.prod(shape, dtype=np.int64))
         nbytes = count * np.dtype(dtype).itemsize
+        if nbytes == 0:
+            return None
         with self._lock:
-            offset = -(-max(self._ends.values(), default=0) // 4096) * 4096
-            if nbytes == 0 or offset + nbytes > self.size:
+            offset = 0
+            for start, end in sorted(self._live_ends().items()):
+                if start - offset >= nbytes:
+                    break
+                offset = max(offset, _pages(end))
+            if offset + nbytes > self.size:
                 return None
             self._ends[offset] = offset + nbytes
-            self.carved_bytes += nbytes
-            self.carves += 1
-        piece = type("_ArenaPiece", (ctypes.c_ubyte * nbytes,), {}).from_buffer(self._map, offset)
-        weakref.finalize(piece, self._released, offset)
+        try:
+            piece = _piece_type(nbytes).from_buffer(self._map, offset)
+            weakref.finalize(piece, self._gone.append, offset)
+        except BaseException:
+            with self._lock:
+                self._ends.pop(offset, None)
+            raise
+        self.carved_bytes += nbytes
+        self.carves += 1
         flat = np.frombuffer(piece, dtype=np.uint8)
         _zero_on_every_core(flat)
         return flat.view(dtype)[:count].reshape(shape)
 
-    def _released(self, offset: int) -> None:
-        with self._lock:
-            del self._ends[offset]
-
     @property
     def live(self) -> int:
         """Carved arrays alive (each with its views)."""
-        return len(self._ends)
-
-    def trim(self, keep: int = 0) -> bool:
-        """Give the pages past the first ``keep`` bytes back to the system (they read as zeros when touched
-        again); only while no carved array is alive (False then: nothing given back)."""
         with self._lock:
-            if self._ends:
-                return False
-            start = -(-max(0, int(keep)) // 4096) * 4096
+            return len(self._live_ends())
+
+    def trim(self, keep: int = 0) -> int:
+        """Give back to the system the pages past the first ``keep`` bytes and past every live array (they read
+        as zeros when touched again); returns the offset from which they were given back."""
+        with self._lock:
+            start = _pages(max(int(keep), max(self._live_ends().values(), default=0)))
             if start < self.size and hasattr(mmap, "MADV_DONTNEED"):
                 self._map.madvise(mmap.MADV_DONTNEED, start, self.size - start)
-            return True
+            return start
+
+
+def _pages(nbytes: float) -> int:
+    """``nbytes`` rounded up to whole 4 KB pages."""
+    return -(-max(0, int(nbytes)) // 4096) * 4096
+
+
+@functools.lru_cache(maxsize=None)
+def _piece_type(nbytes: int) -> type:
+    """The buffer type of an arena's piece of ``nbytes``: a ctypes byte array that takes weak references
+    (the arrays carved over it, and all their views, keep it alive)."""
+    return type("_ArenaPiece", (ctypes.c_ubyte * nbytes,), {})
+
+
+def carved_bytes(*nbytes: float) -> int:
+    """What an arena holds for arrays of ``nbytes`` each (:func:`prefaulted_empty` carves only arrays of at
+    least ``_PREFAULT_MIN_BYTES``; each starts on a page): for the trims between the gradient's stages."""
+    return sum(_pages(n) for n in nbytes if n >= _PREFAULT_MIN_BYTES)
 
 
 #: the arena :func:`prefaulted_empty` carves from (:func:`carving`), None: each array its own mapping
@@ -259,7 +290,8 @@ def carving(nbytes: float) -> Iterator[Arena | None]:
     """Inside the block :func:`prefaulted_empty` carves its arrays from one :class:`Arena` of ``nbytes``
     (where it fits; yields it, or None where the arena cannot be made: small pages unsupported, or
     ``nbytes`` < one array's minimum). On leaving, its pages go back to the system (the arrays still alive
-    keep theirs until they go). Not nested: an inner block leaves the outer arena active."""
+    keep theirs until they go). Not nested: an inner block leaves the outer arena active. Entered by one
+    thread (the gradient's); while it is active, arrays made ahead on other threads are carved from it too."""
     global _ACTIVE_ARENA
     if _ACTIVE_ARENA is not None or nbytes < _PREFAULT_MIN_BYTES or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         yield None
@@ -612,9 +644,10 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     tensor = naux_jk * npair * f8
     blocks = naux_jk * sum(c.nocc ** 2 + c.nvir * c.nocc + c.nvir ** 2 for c in chans) * f8   # B_oo, B_ov, B_vv
     rows = min(naux_jk, max(1, int(64e6 // (nao * nao * f8))))   # unpacked rows per chunk (grad.cpks)
-    # beside the blocks: the products' two scratch buffers of naux_jk·nocc·nmo (grad.cpks._Scratch: the Z-vector's
-    # M and Y, the G[X] columns' W and its reordered halves), the preconditioner's S⁻¹ (naux_jk², with S while
-    # inverting it and the identity it is solved against), and three unpacked row chunks while the blocks are made
+    # beside the blocks: the products' scratch of naux_jk·nocc·nmo (grad.cpks._Scratch: the Z-vector's M and Y,
+    # the G[X] columns' second product and W's reordered halves) and W itself (as large), the preconditioner's
+    # S⁻¹ (naux_jk², with S while inverting it and the identity it is solved against), and three unpacked row
+    # chunks while the blocks are made
     factors = tensor + max(chunk_mb * MB, blocks + 2 * naux_jk * nocc * nmo * f8
                            + (3 * naux_jk + PRECONDITIONER_COLUMNS) * naux_jk * f8 + 3 * rows * nao * nao * f8)
     response_factors = factors <= avail - small

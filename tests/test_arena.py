@@ -56,11 +56,11 @@ def test_a_view_keeps_its_carved_bytes_taken():
     assert arena.live == 0
 
 
-def test_the_space_of_the_last_arrays_to_go_is_the_next_ones():
+def test_the_space_of_arrays_gone_is_the_next_ones():
     arena = Arena(8 * MB)
     a = arena.carve((MB // 8,))
     b = arena.carve((MB // 8,))
-    b_at = _address(b)
+    a_at, b_at = _address(a), _address(b)
     del b
     gc.collect()
     c = arena.carve((MB // 8,))
@@ -68,7 +68,7 @@ def test_the_space_of_the_last_arrays_to_go_is_the_next_ones():
     del a
     gc.collect()
     d = arena.carve((MB // 8,))
-    assert _address(d) > _address(c)               # a's space lies below the live c: not taken
+    assert _address(d) == a_at                     # a's space, below the live c, is d's
     assert not np.shares_memory(c, d)
 
 
@@ -81,16 +81,27 @@ def test_what_does_not_fit_is_not_carved():
     assert keep is not None
 
 
-def test_trim_only_while_nothing_is_alive():
+def test_trim_gives_back_only_pages_past_the_live_arrays():
     arena = Arena(4 * MB)
     a = arena.carve((MB // 8,))
     a[:] = 5.0
-    assert arena.trim(0) is False and np.all(a == 5.0)
+    assert arena.trim(0) == MB and np.all(a == 5.0)     # a's pages stay
+    assert arena.trim(3 * MB) == 3 * MB
+    b = arena.carve((2 * MB // 8,))
+    assert not b.any() and not np.shares_memory(a, b)
+
+
+def test_first_gap_that_holds_it():
+    arena = Arena(8 * MB)
+    a, b, c = (arena.carve((MB // 8,)) for _ in range(3))
+    a_at, b_at = _address(a), _address(b)
     del a
     gc.collect()
-    assert arena.trim(MB) is True
-    b = arena.carve((2 * MB // 8,))
-    assert not b.any()
+    big = arena.carve((2 * MB // 8,))             # a's 1 MB gap is too small: past c
+    assert _address(big) > _address(c)
+    small = arena.carve((MB // 16,))              # half a MB: in a's gap
+    assert _address(small) == a_at and not np.shares_memory(small, b)
+    assert _address(b) == b_at
 
 
 def test_prefaulted_empty_carves_only_inside_carving(monkeypatch):
@@ -113,8 +124,8 @@ def test_prefaulted_empty_carves_only_inside_carving(monkeypatch):
 
 def test_gradient_with_the_arena_equals_the_one_without(monkeypatch):
     """Water/cc-pVDZ with every prefaulted array carved (the size threshold lowered): the same gradient to
-    1e-12 as with each array in a mapping of its own; the arena carved arrays, and the response's were all
-    gone when the JK-fit pass trimmed it."""
+    1e-12 as with each array in a mapping of its own; the arena carved arrays, and the stage before each trim
+    between stages (before the response, before the JK-fit pass) had dropped all of its own."""
     from mp2trn.grad import dfmp2
 
     trims = []
@@ -129,6 +140,6 @@ def test_gradient_with_the_arena_equals_the_one_without(monkeypatch):
     monkeypatch.setattr(Arena, "trim", watched_trim)
     on = mp2trn.run("molecules/water.xyz", basis="cc-pvdz", gradient=True)
     assert np.max(np.abs(on.gradient - off.gradient)) < 1e-12
-    before_jk = [t for t in trims if t[0] > 0]
-    assert before_jk and all(live == 0 and carves > 0 for _, live, carves in before_jk)
+    between = [t for t in trims if t[0] > 0]       # before the response and before the JK-fit pass
+    assert len(between) == 2 and all(live == 0 and carves > 0 for _, live, carves in between)
     assert dfmp2.carving is carving

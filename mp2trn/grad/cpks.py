@@ -49,7 +49,7 @@ import scipy.linalg
 from ..devices import Device
 from ..devices.cpu import CpuDevice
 from ..df import cholesky_tensor, tensor_rows_unpacked
-from ..memory import PRECONDITIONER_COLUMNS, prefaulted_empty
+from ..memory import PRECONDITIONER_COLUMNS, carved_bytes, prefaulted_empty
 from ..orbitals import SpinOrbitals
 from ..threads import one_blas_pool
 from .response import NOT_USED
@@ -62,6 +62,18 @@ _CHUNK_BYTES = 64e6
 PRECONDITIONER = "the orbital Hessian's Coulomb part and diagonal (Woodbury)"
 #: what-ran's name when :meth:`ResponseJK.preconditioner` declines (the solver then divides by the diagonal)
 DIAGONAL = "the orbital Hessian's diagonal (no Woodbury factor: some ε_a − ε_k not positive)"
+
+
+def arena_bytes(naux: int, chans: list[SpinOrbitals], reduced_itemsize: int = 0) -> int:
+    """Bytes the response holds at once, at most, in arrays it carves from an active
+    :class:`mp2trn.memory.Arena` (:func:`mp2trn.memory.carved_bytes`), its MO blocks made from a tensor it did
+    not build: the blocks, the products' scratch, and then G[X]'s W or (``reduced_itemsize`` > 0) the
+    blocks' reduced copy, which take turns in one space."""
+    blocks = carved_bytes(*(naux * n * 8 for ch in chans for n in (len(ch.occ) ** 2, len(ch.occ) * ch.nvir, ch.nvir ** 2)))
+    scratch = naux * max(len(ch.occ) * ch.nmo for ch in chans) * 8
+    copy = carved_bytes(*(naux * n * reduced_itemsize for ch in chans
+                          for n in (len(ch.occ) ** 2, len(ch.occ) * ch.nvir, ch.nvir ** 2)))
+    return blocks + carved_bytes(scratch) + max(carved_bytes(scratch), copy)
 
 
 class ResponseJK:
@@ -120,7 +132,7 @@ class ResponseJK:
         self.launches += 1
         out = None
         if self.device.response_grouped_on_host:
-            dtype = np.float32 if self.device.response_precision == "fp32" else np.float64
+            dtype = _HOST_DTYPES[self.device.response_precision]
             out = self._scratch.view((np.shape(kept)[1] // width * a_t.shape[1], width), dtype, offset)
         return self.device.response_grouped(np.ascontiguousarray(a_t), kept, width, "zvector", out=out)
 
@@ -300,7 +312,9 @@ class ResponseJK:
             if rows != "occ":
                 k[vir] = self._gemm(kept["vv_rows"], w_vir) + self._gemm(kept["ov_rows"], w_occ)
             if rows != "vir":
-                vo_rows = self.device.response_operand(ov.transpose(0, 2, 1).reshape(-1, o))   # ((Q, b), j) = B^Q_bj
+                vo_rows = prefaulted_empty((self.naux, v, o))     # ((Q, b), j) = B^Q_bj, in W's space
+                np.copyto(vo_rows, ov.transpose(0, 2, 1))
+                vo_rows = self.device.response_operand(vo_rows.reshape(-1, o))
                 k[occ] = self._gemm(kept["oo_rows"], w_occ) + self._gemm(vo_rows, w_vir)
             exchange.append(k)
         out = []
@@ -335,6 +349,10 @@ class _Scratch:
         if offset + n > flat.size:
             raise ValueError(f"scratch view of {n} elements at {offset} exceeds the buffer's {flat.size}")
         return flat[offset : offset + n].reshape(shape)
+
+
+#: the dtype of a host device's grouped results, by its response precision
+_HOST_DTYPES = {"fp32": np.float32, "fp64": np.float64}
 
 
 def _span(index: np.ndarray) -> slice | np.ndarray:

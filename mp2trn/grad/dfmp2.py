@@ -34,8 +34,8 @@ from ..progress import Progress
 from ..scf import check_converged
 from ..threads import one_blas_pool
 from ..transform import BStore, KeptB, build_b, scratch_writes
-from . import densities, ri, rohf
-from .jk_terms import carved_bytes, two_electron_gradient
+from . import cpks, densities, jk_terms, ri, rohf
+from .jk_terms import two_electron_gradient
 from .orbitals import channels
 from .properties import spin_summed
 from .cpks import ResponseJK
@@ -182,6 +182,9 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
             timings["gradient_ri"] = time.perf_counter() - t0
         del dfi, gam
         t0 = time.perf_counter()
+        if arena is not None:   # the fitting-basis pass's pages past what the response carves go back now
+            arena.trim(cpks.arena_bytes(mf.with_df.auxmol.nao_nr(), chans, device.reduced_response_itemsize
+                                        if plan.response_reduced else 0) if plan.response_factors else 0)
         products, reused["jkfit_tensor"], from_scf = _response_products(mf, chans, plan, reuse_scf_tensor, device)
         fast = isinstance(products, ResponseJK)
         # the Z-vector's inner solves on the blocks' reduced copy where the plan has room for it (refined by these
@@ -208,8 +211,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         if derivatives:
             t0 = time.perf_counter()
             if arena is not None:     # the response's pages past what the JK-fit pass carves go back now
-                arena.trim(carved_bytes(mf.mol.nao_nr(), mf.with_df.auxmol.nao_nr(), plan.jk_aux_block,
-                                        plan.jk_columns, [len(ch.occ) for ch in chans], plan.jk_half_incore))
+                arena.trim(jk_terms.arena_bytes(mf.mol.nao_nr(), mf.with_df.auxmol.nao_nr(), plan.jk_aux_block,
+                                                plan.jk_columns, [len(ch.occ) for ch in chans], plan.jk_half_incore))
             terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
                                       plan.jk_half_incore, held)
             del held

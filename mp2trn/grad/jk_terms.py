@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 
 from ..df import _shell_ranges, reused_buffer, tensor_rows_unpacked, unpacked_integrals
-from ..memory import SpinShape, prefaulted_empty
+from ..memory import SpinShape, carved_bytes, prefaulted_empty
 from ..parallel import Comm
 from ..scratch import check_stopped
 from ..transform import BStore, scratch_writes
@@ -28,19 +28,22 @@ from ..orbitals import SpinOrbitals
 from .ri import _per_atom, contract_3c_derivatives, fitted_rows, metric_gradient
 
 
-#: the derivative pass's block buffers, nao² fp64 each per fitting function of its largest block: the
+#: the derivative pass's block buffers, in nao² fp64 per fitting function of its largest block: the
 #: symmetrised "density", one channel's product and the three derivative integrals (the first pass's one
 #: buffer of unpacked rows is gone by then)
-_PASS_BUFFERS = 5
+_PASS_BUFFERS = (1, 1, 3)
 
 
-def carved_bytes(nao: int, naux: int, aux_block: int, columns: int, noccs: list[int], half_incore: bool) -> int:
+def arena_bytes(nao: int, naux: int, aux_block: int, columns: int, noccs: list[int], half_incore: bool) -> int:
     """Bytes the JK-fit pass holds at once, at most, in arrays it carves from an active
-    :class:`mp2trn.memory.Arena`: A = (P|iμ) per channel (``noccs``; in memory where ``half_incore``) for the
-    whole pass, and beside it c (naux, ``columns``·nao) of its metric solve, or later its block buffers
+    :class:`mp2trn.memory.Arena` (:func:`mp2trn.memory.carved_bytes`): A = (P|iμ) per channel (``noccs``; in
+    memory where ``half_incore``) for the whole pass, and beside it the first pass's unpacked rows, then c
+    (naux, ``columns``·nao) of its metric solve, then the derivative pass's block buffers
     (:func:`mp2trn.df.reused_buffer`) for blocks of ``aux_block`` fitting functions."""
-    half = naux * nao * sum(noccs) if half_incore else 0
-    return (half + max(_PASS_BUFFERS * aux_block * nao * nao, naux * max(1, columns) * nao)) * 8
+    square = aux_block * nao * nao * 8
+    half = carved_bytes(*(naux * nao * o * 8 for o in noccs)) if half_incore else 0
+    return half + max(carved_bytes(square), carved_bytes(naux * max(1, columns) * nao * 8),
+                      carved_bytes(*(n * square for n in _PASS_BUFFERS)))
 
 
 def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray], aux_block: int,

@@ -134,7 +134,7 @@ def contract_3c_derivatives(pmol: gto.Mole, shls: tuple, sym: np.ndarray, per_ao
                 parts[k, :, x] -= s.sum(axis=0)
                 per_aux[q0:q1, x] += s.sum(axis=1)
 
-    with ThreadPoolExecutor(len(edges) - 1) as pool:                   # NumPy's einsum lets go of the GIL
+    with ThreadPoolExecutor(len(edges) - 1) as pool:                   # NumPy lets go of the GIL in its loops
         for _ in pool.map(part, range(len(edges) - 1)):
             pass
     per_ao += parts.sum(axis=0)
