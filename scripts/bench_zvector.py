@@ -244,7 +244,7 @@ def refine(paths: list[str], memory: float) -> None:
     """fp64 PCG against fp32 inner solves refined by fp64 products (module docstring), on each run's system."""
     print("| molecule | solve | fp32 products | fp64 products | true relative residual | max Δz / max z | solve s |")
     print("|---|---|---:|---:|---|---|---:|")
-    default = response.REFINE_INNER_TOL
+    default, how_default = response.REFINE_INNER_TOL, response.REFINEMENT
     for path in paths:
         fp64, chans, lag = capture(path, memory)
         name = path.rsplit("/", 1)[-1]
@@ -259,17 +259,18 @@ def refine(paths: list[str], memory: float) -> None:
         reduced = fp64.reduced()
         if reduced is None:
             continue
-        for inner in (1e-3, 1e-4, 1e-5):
-            response.REFINE_INNER_TOL = inner
+        for how, inner in (("restart", 1e-3), ("restart", 1e-4), ("restart", 1e-5), ("reliable", 1e-3),
+                           ("reliable", 1e-4), ("reliable", 1e-5)):
+            response.REFINE_INNER_TOL, response.REFINEMENT = inner, how
             fp64.products = reduced.products = 0
             try:
                 t0 = time.perf_counter()
                 got = response.solve_zvector(reduced, chans, lag, exact=fp64)[0]
                 seconds = time.perf_counter() - t0
             finally:
-                response.REFINE_INNER_TOL = default
+                response.REFINE_INNER_TOL, response.REFINEMENT = default, how_default
             z = np.concatenate([g.ravel() for g in got])
-            print(f"| {name} | refined, inner {inner:.0e} | {reduced.products} | {fp64.products} | "
+            print(f"| {name} | refined ({how}), inner {inner:.0e} | {reduced.products} | {fp64.products} | "
                   f"{system.residual(z):.1e} | {np.abs(z - flat).max() / np.abs(flat).max():.1e} | {seconds:.2f} |",
                   flush=True)
 

@@ -81,13 +81,17 @@ ZVECTOR_TOL = 1e-8
 #: rests on (sim fp32x3 hydroxyl at --conv-tol 1e-10 climbed from 1.6e-8 to 4.8e-4 over 100 products): with a
 #: host fp64 fallback at hand the solve stops there instead of running to ``max_iter``
 ZVECTOR_STALL = 100.0
-#: with reduced-precision products refined by fp64 ones (:func:`solve_zvector`'s ``exact``), each inner solve
-#: takes the residual down by this factor. fp32 products alone stall between 1e-7 and 1e-8 (hydroxyl/cc-pVDZ on
-#: sim: 10 products to 1e-7, 25 to 1e-8); refined, Inosine/cc-pVDZ needs 18 fp32 + 2 fp64 products at 1e-4,
-#: 21 + 3 at 1e-3 and 22 + 2 at 1e-5, against 16 fp64 ones alone (``scripts/bench_zvector.py --refine``)
+#: with reduced-precision products refined by fp64 ones (:func:`solve_zvector`'s ``exact``), the residual falls
+#: by this factor between true (fp64) residuals. fp32 products alone stall between 1e-7 and 1e-8
+#: (hydroxyl/cc-pVDZ on sim: 10 products to 1e-7, 25 to 1e-8); refined with reliable updates, Inosine/cc-pVDZ
+#: needs 16 fp32 + 2 fp64 products at 1e-4, 16 + 3 at 1e-3 and 17 + 2 at 1e-5; restarted, 18 + 2, 21 + 3 and
+#: 22 + 2; fp64 alone 16 (``scripts/bench_zvector.py --refine``)
 REFINE_INNER_TOL = 1e-4
 #: refinement cycles (one fp64 product each) at most
 REFINE_CYCLES = 8
+#: how fp64 products refine the reduced ones: "restart" (each cycle a PCG from zero on the true residual) or
+#: "reliable" (one PCG whose residual is replaced by the true one at each update: :func:`_pcg_reliable`)
+REFINEMENT = "reliable"
 #: the products' precisions whose Z-vector is refined by fp64 products (fp32x3 reaches 1e-8 alone)
 REFINED_PRECISIONS = ("fp32",)
 
@@ -107,9 +111,11 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     exceeds ``stall`` times its lowest value so far.
 
     ``exact``: the same operator in fp64 (:meth:`ResponseJK.on_host`: the host's GEMMs of the same blocks)
-    for ``products`` in reduced precision. Then mixed-precision iterative refinement (Moler, J. ACM 14, 316
-    (1967)): each cycle solves A d = r by the PCG above with ``products`` to :data:`REFINE_INNER_TOL`·‖r‖,
-    adds d to z and takes the true residual r = −L − A z with one ``exact`` product, until ‖r‖ < tol·‖L‖ in
+    for ``products`` in reduced precision. Then mixed-precision refinement, by :data:`REFINEMENT`: one PCG
+    with ``products`` whose residual is replaced by the true one r = −L − A z, one ``exact`` product, each
+    time it has fallen by :data:`REFINE_INNER_TOL` (reliable updates, :func:`_pcg_reliable`; the default), or
+    iterative refinement (Moler, J. ACM 14, 316 (1967)): each cycle solves A d = r by the PCG above to
+    :data:`REFINE_INNER_TOL`·‖r‖, adds d to z and takes the true residual. Either way until ‖r‖ < tol·‖L‖ in
     fp64 — so the reduced products set the cost of the iterations and the fp64 ones the accuracy of z. The
     count returned is every product of either kind."""
     shapes = [(ch.nvir, len(ch.occ)) for ch in chans]
@@ -138,6 +144,9 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
         x, count, res = _pcg(operator(products), precondition, rhs, tol, max_iter, stall)
         return split(x), count, res / norm
     apply_inner, apply_exact = operator(products), operator(exact)
+    if REFINEMENT == "reliable":
+        x, count, res = _pcg_reliable(apply_inner, apply_exact, precondition, rhs, tol, max_iter, stall)
+        return split(x), count, res / norm
     x, r, count = np.zeros_like(rhs), rhs.copy(), 0
     for _ in range(REFINE_CYCLES):
         d, inner, _ = _pcg(apply_inner, precondition, r, REFINE_INNER_TOL, max_iter, stall)
@@ -150,6 +159,53 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     raise ConvergenceError(f"the Z-vector's refinement did not converge in {REFINE_CYCLES} cycles (relative residual "
                            f"{res / norm:.1e}): the reduced-precision products do not solve for the fp64 ones, or the "
                            "SCF is unstable (a lower-energy solution exists)")
+
+
+def _pcg_reliable(apply_inner, apply_exact, precondition, rhs: np.ndarray, tol: float, max_iter: int,
+                  stall: float | None) -> tuple[np.ndarray, int, float]:
+    """x with ‖rhs − A x‖ < tol·‖rhs‖ (true residual, ``apply_exact``) by PCG whose products are
+    ``apply_inner``'s, with reliable updates (Sleijpen & van der Vorst, Computing 56, 141 (1996); as in
+    mixed-precision lattice solvers, Clark et al., Comput. Phys. Commun. 181, 1517 (2010)): whenever the
+    recurrence residual has fallen by :data:`REFINE_INNER_TOL` since the last true one, or below the
+    tolerance, the residual is replaced by the true one, one exact product, and the iteration goes on with
+    its search direction (a restarted solve starts its Krylov space afresh): Inosine/cc-pVDZ 16 fp32 + 2 fp64
+    products against 18 + 2 restarted, the fp64 solve's 16 (``python scripts/bench_zvector.py --refine``).
+    At most :data:`REFINE_CYCLES` updates. Returns (x, products of either kind, the last true ‖r‖)."""
+    norm = float(np.linalg.norm(rhs))
+    x = np.zeros_like(rhs)
+    r = rhs.copy()
+    z = precondition(r)
+    p = z.copy()
+    rz = float(r @ z)
+    since = lowest = norm
+    count = updates = 0
+    for _ in range(max_iter):
+        ap = apply_inner(p)
+        count += 1
+        alpha = rz / float(p @ ap)
+        x += alpha * p
+        r -= alpha * ap
+        res = float(np.linalg.norm(r))
+        if res < REFINE_INNER_TOL * since or res < tol * norm:
+            r = rhs - apply_exact(x)
+            count += 1
+            updates += 1
+            res = since = float(np.linalg.norm(r))
+            if res < tol * norm:
+                return x, count, res
+            if updates == REFINE_CYCLES:
+                break
+        lowest = min(lowest, res)
+        if stall is not None and res > stall * lowest:
+            raise ConvergenceError(f"the Z-vector stalled after {count} products (residual {res / norm:.1e} of its "
+                                   f"right-hand side, {res / lowest:.0f}x its lowest, {lowest / norm:.1e})")
+        z = precondition(r)
+        rz_new = float(r @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    raise ConvergenceError(f"the Z-vector's refinement did not converge in {updates} cycles and {count} products "
+                           f"(relative residual {res / norm:.1e}): the reduced-precision products do not solve for "
+                           "the fp64 ones, or the SCF is unstable (a lower-energy solution exists)")
 
 
 def _pcg(apply, precondition, rhs: np.ndarray, tol: float, max_iter: int,
