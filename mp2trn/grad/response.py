@@ -90,7 +90,7 @@ REFINE_INNER_TOL = 1e-4
 #: refinement cycles (one fp64 product each) at most
 REFINE_CYCLES = 8
 #: how fp64 products refine the reduced ones: "restart" (each cycle a PCG from zero on the true residual) or
-#: "reliable" (one PCG whose residual is replaced by the true one at each update: :func:`_pcg_reliable`)
+#: "reliable" (one PCG whose residual is replaced by the true one at each update: :func:`_pcg`'s ``exact``)
 REFINEMENT = "reliable"
 #: the products' precisions whose Z-vector is refined by fp64 products (fp32x3 reaches 1e-8 alone)
 REFINED_PRECISIONS = ("fp32",)
@@ -113,7 +113,7 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
     ``exact``: the same operator in fp64 (:meth:`ResponseJK.on_host`: the host's GEMMs of the same blocks)
     for ``products`` in reduced precision. Then mixed-precision refinement, by :data:`REFINEMENT`: one PCG
     with ``products`` whose residual is replaced by the true one r = −L − A z, one ``exact`` product, each
-    time it has fallen by :data:`REFINE_INNER_TOL` (reliable updates, :func:`_pcg_reliable`; the default), or
+    time it has fallen by :data:`REFINE_INNER_TOL` (reliable updates, :func:`_pcg`'s ``exact``; the default), or
     iterative refinement (Moler, J. ACM 14, 316 (1967)): each cycle solves A d = r by the PCG above to
     :data:`REFINE_INNER_TOL`·‖r‖, adds d to z and takes the true residual. Either way until ‖r‖ < tol·‖L‖ in
     fp64 — so the reduced products set the cost of the iterations and the fp64 ones the accuracy of z. The
@@ -145,7 +145,7 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
         return split(x), count, res / norm
     apply_inner, apply_exact = operator(products), operator(exact)
     if REFINEMENT == "reliable":
-        x, count, res = _pcg_reliable(apply_inner, apply_exact, precondition, rhs, tol, max_iter, stall)
+        x, count, res = _pcg(apply_inner, precondition, rhs, tol, max_iter, stall, exact=apply_exact)
         return split(x), count, res / norm
     x, r, count = np.zeros_like(rhs), rhs.copy(), 0
     for _ in range(REFINE_CYCLES):
@@ -161,16 +161,18 @@ def solve_zvector(products: Products, chans: list[SpinOrbitals], lag: list[np.nd
                            "SCF is unstable (a lower-energy solution exists)")
 
 
-def _pcg_reliable(apply_inner, apply_exact, precondition, rhs: np.ndarray, tol: float, max_iter: int,
-                  stall: float | None) -> tuple[np.ndarray, int, float]:
-    """x with ‖rhs − A x‖ < tol·‖rhs‖ (true residual, ``apply_exact``) by PCG whose products are
-    ``apply_inner``'s, with reliable updates (Sleijpen & van der Vorst, Computing 56, 141 (1996); as in
-    mixed-precision lattice solvers, Clark et al., Comput. Phys. Commun. 181, 1517 (2010)): whenever the
-    recurrence residual has fallen by :data:`REFINE_INNER_TOL` since the last true one, or below the
-    tolerance, the residual is replaced by the true one, one exact product, and the iteration goes on with
-    its search direction (a restarted solve starts its Krylov space afresh): Inosine/cc-pVDZ 16 fp32 + 2 fp64
-    products against 18 + 2 restarted, the fp64 solve's 16 (``python scripts/bench_zvector.py --refine``).
-    At most :data:`REFINE_CYCLES` updates. Returns (x, products of either kind, the last true ‖r‖)."""
+def _pcg(apply, precondition, rhs: np.ndarray, tol: float, max_iter: int, stall: float | None,
+         exact=None) -> tuple[np.ndarray, int, float]:
+    """x with ‖rhs − A x‖ < tol·‖rhs‖ by preconditioned CG from x = 0: (x, products, ‖r‖ of the recurrence).
+
+    ``exact``: the same operator in fp64 for ``apply`` in reduced precision: then reliable updates (Sleijpen &
+    van der Vorst, Computing 56, 141 (1996); as in mixed-precision lattice solvers, Clark et al., Comput. Phys.
+    Commun. 181, 1517 (2010)): whenever the recurrence residual has fallen by :data:`REFINE_INNER_TOL` since the
+    last true one, or below the tolerance, the residual is replaced by the true one, one exact product, and the
+    iteration goes on with its search direction (a restarted solve starts its Krylov space afresh):
+    Inosine/cc-pVDZ 16 fp32 + 2 fp64 products against 18 + 2 restarted, the fp64 solve's 16 (``python
+    scripts/bench_zvector.py --refine``). The tolerance is the true residual's, the products counted are of
+    either kind, the ‖r‖ returned the last true one; at most :data:`REFINE_CYCLES` updates."""
     norm = float(np.linalg.norm(rhs))
     x = np.zeros_like(rhs)
     r = rhs.copy()
@@ -180,14 +182,16 @@ def _pcg_reliable(apply_inner, apply_exact, precondition, rhs: np.ndarray, tol: 
     since = lowest = norm
     count = updates = 0
     for _ in range(max_iter):
-        ap = apply_inner(p)
+        ap = apply(p)
         count += 1
         alpha = rz / float(p @ ap)
         x += alpha * p
         r -= alpha * ap
         res = float(np.linalg.norm(r))
-        if res < REFINE_INNER_TOL * since or res < tol * norm:
-            r = rhs - apply_exact(x)
+        if exact is None and res < tol * norm:
+            return x, count, res
+        if exact is not None and (res < REFINE_INNER_TOL * since or res < tol * norm):
+            r = rhs - exact(x)
             count += 1
             updates += 1
             res = since = float(np.linalg.norm(r))
@@ -203,37 +207,10 @@ def _pcg_reliable(apply_inner, apply_exact, precondition, rhs: np.ndarray, tol: 
         rz_new = float(r @ z)
         p = z + (rz_new / rz) * p
         rz = rz_new
-    raise ConvergenceError(f"the Z-vector's refinement did not converge in {updates} cycles and {count} products "
-                           f"(relative residual {res / norm:.1e}): the reduced-precision products do not solve for "
-                           "the fp64 ones, or the SCF is unstable (a lower-energy solution exists)")
-
-
-def _pcg(apply, precondition, rhs: np.ndarray, tol: float, max_iter: int,
-         stall: float | None) -> tuple[np.ndarray, int, float]:
-    """x with ‖rhs − A x‖ < tol·‖rhs‖ by preconditioned CG from x = 0: (x, products, ‖r‖ of the recurrence)."""
-    norm = float(np.linalg.norm(rhs))
-    x = np.zeros_like(rhs)
-    r = rhs.copy()
-    z = precondition(r)
-    p = z.copy()
-    rz = float(r @ z)
-    lowest = norm
-    for it in range(1, max_iter + 1):
-        ap = apply(p)
-        alpha = rz / float(p @ ap)
-        x += alpha * p
-        r -= alpha * ap
-        res = float(np.linalg.norm(r))
-        if res < tol * norm:
-            return x, it, res
-        lowest = min(lowest, res)
-        if stall is not None and res > stall * lowest:
-            raise ConvergenceError(f"the Z-vector stalled after {it} products (residual {res / norm:.1e} of its "
-                                   f"right-hand side, {res / lowest:.0f}x its lowest, {lowest / norm:.1e})")
-        z = precondition(r)
-        rz_new = float(r @ z)
-        p = z + (rz_new / rz) * p
-        rz = rz_new
+    if exact is not None:
+        raise ConvergenceError(f"the Z-vector's refinement did not converge in {updates} cycles and {count} products "
+                               f"(relative residual {res / norm:.1e}): the reduced-precision products do not solve "
+                               "for the fp64 ones, or the SCF is unstable (a lower-energy solution exists)")
     raise ConvergenceError(f"the Z-vector equations did not converge in {max_iter} iterations (relative residual "
                            f"{res / norm:.1e}); the SCF may be unstable (a lower-energy solution exists)")
 
