@@ -288,15 +288,22 @@ _ACTIVE_ARENA: Arena | None = None
 @contextlib.contextmanager
 def carving(nbytes: float) -> Iterator[Arena | None]:
     """Inside the block :func:`prefaulted_empty` carves its arrays from one :class:`Arena` of ``nbytes``
-    (where it fits; yields it, or None where the arena cannot be made: small pages unsupported, or
-    ``nbytes`` < one array's minimum). On leaving, its pages go back to the system (the arrays still alive
-    keep theirs until they go). Not nested: an inner block leaves the outer arena active. Entered by one
+    (where it fits; yields it, or None where the arena cannot be made: small pages unsupported, the mapping
+    refused, or ``nbytes`` < one array's minimum). On leaving, its pages go back to the system (the arrays
+    still alive keep theirs until they go). Not nested: an inner block leaves the outer arena active. Entered by one
     thread (the gradient's); while it is active, arrays made ahead on other threads are carved from it too."""
     global _ACTIVE_ARENA
     if _ACTIVE_ARENA is not None or nbytes < _PREFAULT_MIN_BYTES or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         yield None
         return
-    arena = _ACTIVE_ARENA = Arena(int(nbytes))
+    try:
+        arena = Arena(int(nbytes))
+    except OSError:       # no room to map it (it is only ever a speed-up): each array its own mapping, as before
+        arena = None
+    if arena is None:
+        yield None
+        return
+    _ACTIVE_ARENA = arena
     try:
         yield arena
     finally:

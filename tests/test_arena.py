@@ -122,6 +122,16 @@ def test_prefaulted_empty_carves_only_inside_carving(monkeypatch):
     assert inside.sum() == inside.size
 
 
+def test_a_mapping_refused_means_no_arena(monkeypatch):
+    def refused(self, nbytes):
+        raise OSError("Cannot allocate memory")
+
+    monkeypatch.setattr(Arena, "__init__", refused)
+    with carving(128 * MB) as arena:
+        assert arena is None and memory._ACTIVE_ARENA is None
+        assert prefaulted_empty((100 * MB // 8,)).shape == (100 * MB // 8,)
+
+
 def test_gradient_with_the_arena_equals_the_one_without(monkeypatch):
     """Water/cc-pVDZ with every prefaulted array carved (the size threshold lowered): the same gradient to
     1e-12 as with each array in a mapping of its own; the arena carved arrays, and the stage before each trim
