@@ -70,7 +70,7 @@ def arena_bytes(naux: int, chans: list[SpinOrbitals], reduced_itemsize: int = 0)
     not build: the blocks, the products' scratch, and then G[X]'s W or (``reduced_itemsize`` > 0) the
     blocks' reduced copy, which take turns in one space."""
     blocks = carved_bytes(*(naux * n * 8 for ch in chans for n in (len(ch.occ) ** 2, len(ch.occ) * ch.nvir, ch.nvir ** 2)))
-    scratch = naux * max(len(ch.occ) * ch.nmo for ch in chans) * 8
+    scratch = _scratch_size(naux, chans) * 8
     copy = carved_bytes(*(naux * n * reduced_itemsize for ch in chans
                           for n in (len(ch.occ) ** 2, len(ch.occ) * ch.nvir, ch.nvir ** 2)))
     return blocks + carved_bytes(scratch) + max(carved_bytes(scratch), copy)
@@ -101,7 +101,7 @@ class ResponseJK:
         #: the products' large host temporary, shared by the copies :meth:`on_host` and :meth:`reduced` make; made
         #: now, after the blocks, so that what the products make and drop later (G[X]'s W, the fp32 copy of the
         #: blocks) lies past it and shares one space in the gradient's arena (memory.Arena)
-        self._scratch = _Scratch(self.naux * max(len(ch.occ) * ch.nmo for ch in chans))
+        self._scratch = _Scratch(_scratch_size(self.naux, chans))
         #: Z-vector products and GEMM launches so far
         self.products = self.launches = 0
         self._akak: list[np.ndarray] | None = None
@@ -327,6 +327,12 @@ class ResponseJK:
                 g[ch.occ] += self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(o, o)
             out.append(g)
         return out
+
+
+def _scratch_size(naux: int, chans: list[SpinOrbitals]) -> int:
+    """fp64 elements of the products' scratch: naux·nocc·nmo of the largest channel (M^Q and Y^Q together, or
+    G[X]'s W)."""
+    return naux * max(len(ch.occ) * ch.nmo for ch in chans)
 
 
 class _Scratch:

@@ -153,10 +153,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore, made_ahead=True) as gamma:
             if not reuse_b:
                 build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
-            if comm.size > 1:     # other ranks' Γ̄ columns stay zero here (HDF5 datasets start as zeros)
-                for arr in gamma.arrays:
-                    if isinstance(arr, np.ndarray):
-                        arr[...] = 0.0
+            # other ranks' Γ̄ columns stay zero here: Γ̄ starts as zeros (made ahead in memory; HDF5 datasets)
             timings["gradient_b"] = time.perf_counter() - t0
             # B on the device for the sweep when the energy left it there (the plan above counted it); nothing new
             # is held here, beyond what the plan counted
