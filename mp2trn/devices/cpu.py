@@ -242,7 +242,6 @@ class CpuDevice(Device):
         naux, ni, nva = b_all.shape
         nk, nvb = b_k.shape[1], b_k.shape[2]
         dt = np.dtype(self._dtype).type
-        acc = None if dt is np.float64 else np.float64              # the pair sums' dtype
         x_all = _as_matrix(b_all, dt)                               # (naux, ni·nva)
         b_k = np.asarray(b_k, dtype=dt)
         denom = (e_all[:, None, None] - ev_all[None, :, None] - ev_k[None, None, :]).astype(dt)
@@ -270,7 +269,7 @@ class CpuDevice(Device):
             p_occ, p_vir_all, p_vir_k = mine
             tau_flat = np.empty(ni * nva * kb * nvb, dtype=dt)
             tt_flat = np.empty_like(tau_flat)
-            w = np.empty((nva, nvb), dtype=dt)
+            w, work = np.empty((nva, nvb), dtype=dt), np.empty((nva, nvb), dtype=dt)
             for k0 in range(q0, q1, kb):
                 k1 = min(q1, k0 + kb)
                 size = ni * nva * (k1 - k0) * nvb
@@ -283,15 +282,12 @@ class CpuDevice(Device):
                         t, out = tau[i, :, cols], tt[i, :, cols]
                         np.add(denom[i], dt(e_k[k0 + j]), out=w)
                         np.divide(t, w, out=t)                      # τ_ik^ab
-                        _exchanged(t, c_direct, c_exch, w, out)     # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
-                        if energies:                                # T = τ·D again (w was _exchanged's work)
-                            np.add(denom[i], dt(e_k[k0 + j]), out=w)
+                        _exchanged(t, c_direct, c_exch, work, out)  # t̃ = c_direct τ − c_exch τᵀ (a ↔ b)
+                        if energies:                                # T = τ·D (w still holds D)
                             np.multiply(w, t, out=w)
-                            # einsum reads the strided tiles where they lie (vdot would copy them); x summed
-                            # itself, not recovered from Σ T·t̃ (a difference that magnifies fp32 rounding)
-                            pair_os[i, k0 + j] = np.einsum("ab,ab->", w, t, dtype=acc)
+                            pair_os[i, k0 + j], x = _pair_sums(w, t, out, c_direct, c_exch, pair_x is not None)
                             if pair_x is not None:
-                                pair_x[i, k0 + j] = np.einsum("ab,ba->", w, t, dtype=acc)
+                                pair_x[i, k0 + j] = x
                     if vir_k:
                         p_vir_k += tau[:, :, cols].reshape(-1, nvb).T @ tt[:, :, cols].reshape(-1, nvb)
                 gamma[:, k0:k1, :] = (x_all @ tt.reshape(ni * nva, -1)).reshape(naux, k1 - k0, nvb)
@@ -713,6 +709,23 @@ def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os
         os_row[j] = np.einsum("ab,ab->", w, t, dtype=acc)
         if x_row is not None:
             x_row[j] = np.einsum("ab,ba->", w, t, dtype=acc)
+
+
+def _pair_sums(big_t: np.ndarray, tau: np.ndarray, tilde: np.ndarray, c_direct: float, c_exch: float,
+               exchange: bool) -> tuple[float, float | None]:
+    """One pair's energy sums from its tiles T = τ·D, τ and t̃ = c_direct τ − c_exch τᵀ: os = Σ_ab T_ab τ_ab and
+    (``exchange``) x = Σ_ab T_ab τ_ba, fp64.
+
+    fp64 tiles, contiguous: x from Σ T·t̃ = c_direct·os − c_exch·x, two BLAS dot products over the tiles as they
+    lie, instead of a sum that reads a tile transposed (the slowest pass over a tile). fp32, or
+    strided tiles: each sum by itself, accumulated in fp64 — recovering x from a difference would magnify fp32
+    rounding, and a dot product would copy a strided tile."""
+    if big_t.dtype == np.float64 and tau.flags.c_contiguous and tilde.flags.c_contiguous and (c_exch or not exchange):
+        os_ = float(np.vdot(big_t, tau))
+        return os_, ((c_direct * os_ - float(np.vdot(big_t, tilde))) / c_exch if exchange else None)
+    acc = None if big_t.dtype == np.float64 else np.float64
+    os_ = float(np.einsum("ab,ab->", big_t, tau, dtype=acc))
+    return os_, (float(np.einsum("ab,ba->", big_t, tau, dtype=acc)) if exchange else None)
 
 
 def _exchanged(t: np.ndarray, c_direct: float, c_exch: float, work: np.ndarray, out: np.ndarray) -> None:
