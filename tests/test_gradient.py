@@ -262,6 +262,15 @@ def test_occupied_factor_products_equal_generic_jk_builds(atom, spin, monkeypatc
         assert np.max(np.abs(a - b)) < 1e-11
     for a, b in zip(fast.zvector(zs), generic.zvector(zs)):
         assert np.max(np.abs(a - b)) < 1e-11
+    # the z part's occupied block (W's), and the same block of G[X] for X = Z + Zᵀ through occupied_columns
+    z_mats = []
+    for c, z in zip(chans, zs):
+        full = np.zeros((c.nmo, c.nmo))
+        full[np.ix_(c.vir, c.occ)] = z
+        z_mats.append(full + full.T)
+    for c, a, b, whole in zip(chans, fast.zvector_occupied(zs), generic.zvector_occupied(zs),
+                              fast.occupied_columns(z_mats)):
+        assert np.max(np.abs(a - b)) < 1e-11 and np.max(np.abs(a - whole[c.occ])) < 1e-11
     with_fast = mp2trn.DFMP2(mf, auxbasis="cc-pvdz-ri", frozen="auto").run().nuc_grad_method().kernel()
     monkeypatch.setattr(dfmp2.ResponseJK, "build", classmethod(lambda cls, *a: None))
     monkeypatch.setattr(dfmp2, "scf_tensor", lambda mf: None)     # nor made from the SCF's own tensor

@@ -178,9 +178,9 @@ def test_sim_gradient_with_device_zvector_equals_host_zvector(monkeypatch):
     refined = ran["refined_by"]
     assert (refined["device"], refined["precision"]) == ("cpu", "fp64") and refined["products"] >= 1
     assert ran["products"] + refined["products"] == ran["iterations"] and ran["residual"] < response.ZVECTOR_TOL
-    # five GEMMs per product, five for each of the two G[X] column sets (the Lagrangian's virtual rows, W's
-    # occupied ones)
-    assert ran["gemm_launches"] == 5 * ran["products"] + 2 * 5
+    # five GEMMs per product, eight for G[P]'s columns (the Lagrangian's virtual rows and W's occupied ones),
+    # three for the z part's occupied block
+    assert ran["gemm_launches"] == 5 * ran["products"] + 8 + 3
     # and the MO blocks' launches (per row chunk of the tensor — water has one —, resplit_x3 making the
     # rows' planes on the chip, then the compensated AO→MO kernel twice: oo and ov, then vv)
     assert device_run.cost["launches_by_stage"]["zvector"] == ran["gemm_launches"] + 3

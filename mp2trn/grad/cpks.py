@@ -276,6 +276,25 @@ class ResponseJK:
         return [self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(len(ch.occ), ch.nvir).T - k
                 for ch, kept, k in zip(self.chans, self._kept, exchange)]
 
+    def zvector_occupied(self, zs: list[np.ndarray]) -> list[np.ndarray]:
+        """G^σ[Z^σ + Z^σᵀ] in the (occupied, occupied) block per channel, for z^σ (nvir, nocc): what the
+        relaxed density's z part adds to W's occupied block, from the Z-vector's first product M and one more:
+
+            K[Z + Zᵀ]_ij = T_ij + T_ji,   T_ij = Σ_Q Σ_k B^Q_ik M^Q_kj,   M^Q_kj = Σ_b z_bk B^Q_jb
+
+        (2·naux·nocc²·(nvir + nocc) FLOPs, where G[X] of the whole relaxed density's occupied rows costs
+        :meth:`occupied_columns`' W and its reordered copies again)."""
+        tees, rho = [], np.zeros(self.naux)
+        for ch, kept, ov, z in zip(self.chans, self._kept, self.b_ov, zs):
+            o = len(ch.occ)
+            m = self._grouped(z, kept["vo_by_vir"], o)            # ((Q, k), j) = M^Q_kj
+            rho += ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())
+            t = self._gemm(kept["oo_rows"], m)                    # (i, j): Σ_(Q, k) B^Q_ki M^Q_kj
+            del m
+            tees.append(t + t.T)
+        return [self._gemm(kept["oo_by_aux"], rho[:, None]).reshape(len(ch.occ), len(ch.occ)) - k
+                for ch, kept, k in zip(self.chans, self._kept, tees)]
+
     # -- G of a general symmetric matrix, occupied columns ---------------------------------------------
     def occupied_columns(self, mats: list[np.ndarray], rows: str | None = None) -> list[np.ndarray]:
         """Cᵀ G^σ[X^σ] C_o (nmo, nocc) per channel for symmetric MO-basis X^σ (nmo, nmo), from the MO blocks

@@ -253,12 +253,19 @@ class Products:
 
     def zvector(self, zs: list[np.ndarray]) -> list[np.ndarray]:
         self.products += 1
+        return [g[np.ix_(ch.vir, ch.occ)] for ch, g in zip(self.chans, self._of_z(zs))]
+
+    def zvector_occupied(self, zs: list[np.ndarray]) -> list[np.ndarray]:
+        """G^σ[Z^σ + Z^σᵀ] in the (occupied, occupied) block (one J/K build; as ResponseJK's)."""
+        return [g[np.ix_(ch.occ, ch.occ)] for ch, g in zip(self.chans, self._of_z(zs))]
+
+    def _of_z(self, zs: list[np.ndarray]) -> list[np.ndarray]:
         mats = []
         for ch, z in zip(self.chans, zs):
             full = np.zeros((ch.nmo, ch.nmo))
             full[np.ix_(ch.vir, ch.occ)] = z
             mats.append(full + full.T)
-        return [g[np.ix_(ch.vir, ch.occ)] for ch, g in zip(self.chans, fock_response(self.mf, self.chans, mats))]
+        return fock_response(self.mf, self.chans, mats)
 
 
 def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray], p_vir: list[np.ndarray],
@@ -274,7 +281,8 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
     (:meth:`ResponseJK.reduced`: the cpu's fp32 copy of the blocks, made for the solve and freed after it)
     running the inner solves. The G[P] columns come from ``products``."""
     p = unrelaxed(chans, p_occ, p_vir, x)
-    g = products.occupied_columns(p, rows="vir")             # (nmo, nocc) per channel: L reads the virtual rows
+    # (nmo, nocc) per channel: L reads the virtual rows, W the occupied ones (plus the z part's, below)
+    g = products.occupied_columns(p, rows=None)
     lag = [xx[np.ix_(ch.vir, ch.occ)] - xx[np.ix_(ch.occ, ch.vir)].T + 2.0 * gg[ch.vir]
            for ch, xx, gg in zip(chans, x, g)]
     fallback = failed = None
@@ -312,9 +320,10 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
         q[np.ix_(ch.vir, ch.occ)] = 0.5 * z
         q[np.ix_(ch.occ, ch.vir)] = 0.5 * z.T
         p_rel.append(q)
-    g_rel = products.occupied_columns(p_rel, rows="occ")     # W reads the occupied rows
+    # W reads G[P_rel]'s occupied rows: G[P]'s, and the z part's G[½(Z + Zᵀ)] (linear in P)
+    g_z = products.zvector_occupied(zs)
     ws = []
-    for ch, pp, xx, z, gg in zip(chans, p, x, zs, g_rel):
+    for ch, pp, xx, z, gg, gz in zip(chans, p, x, zs, g, g_z):
         e = ch.e
         w = np.zeros((ch.nmo, ch.nmo))
         w[np.ix_(ch.act, ch.act)] = 0.5 * xx[np.ix_(ch.act, ch.act)] + e[ch.act][:, None] * pp[np.ix_(ch.act, ch.act)]
@@ -324,7 +333,7 @@ def relax(products: Products, chans: list[SpinOrbitals], p_occ: list[np.ndarray]
         w[np.ix_(ch.occ, ch.vir)] = xx[np.ix_(ch.occ, ch.vir)]
         w[np.ix_(ch.vir, ch.occ)] = e[ch.occ][None, :] * z
         w = 0.5 * (w + w.T)
-        w[np.ix_(ch.occ, ch.occ)] += gg[ch.occ]
+        w[np.ix_(ch.occ, ch.occ)] += gg[ch.occ] + 0.5 * gz
         ws.append(w)
     if failed is not None:        # z is the fp64 products' alone: theirs the record, the failed solve's beside it
         ran = {**fp64.describe(), "products": fallback_products, "failed": failed}
