@@ -15,7 +15,7 @@ import io
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
@@ -66,6 +66,10 @@ class DFIntegrals:
     auxmol: gto.Mole
     auxbasis: str | dict
     l_chol: np.ndarray  # (naux, naux) lower triangular
+    #: the 3-index integrals (P|μν) of every fitting function, as :meth:`ao_blocks` made them into it (packed
+    #: (naux, nao(nao+1)/2) or (naux, nao, nao)), kept by the energy of a gradient run for the gradient's RI
+    #: pass, which takes them instead of computing them again (:func:`mp2trn.grad.ri.ri_pass`); None: not kept
+    rows: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def naux(self) -> int:
@@ -81,18 +85,34 @@ class DFIntegrals:
         return len(self.shell_ranges(max_functions, shells))
 
     def ao_blocks(self, max_functions: int, packed: bool = False, shells: tuple[int, int] | None = None,
-                  buffers: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
+                  buffers: int = 1, into: np.ndarray | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
         """Yield (p0, p1, (P|μν)) over aux shells (all, or the range ``shells``), ≤ max_functions each.
 
         The block is (p1−p0, nao, nao), or (p1−p0, nao(nao+1)/2) with μ ≥ ν packed when ``packed``. The
         blocks are written into ``buffers`` reused buffers in turn: a block is valid until ``buffers`` more
-        are asked for (2 for blocks made ahead, :mod:`mp2trn.overlap`).
+        are asked for (2 for blocks made ahead, :mod:`mp2trn.overlap`). ``into``: rows of every fitting
+        function (:meth:`keep_rows`' array) that each block is written into instead, where it stays.
         """
         loc = self.auxmol.ao_loc_nr()
         ranges = self.shell_ranges(max_functions, shells)
+        if into is not None:
+            for s0, s1 in ranges:
+                yield self.ao_block(s0, s1, packed, out=into[int(loc[s0]) : int(loc[s1])].reshape(-1))
+            return
         bufs = [reused_buffer(ranges, loc, self.per_aux(packed)) for _ in range(max(1, buffers))]
         for k, (s0, s1) in enumerate(ranges):
             yield self.ao_block(s0, s1, packed, out=bufs[k % len(bufs)])
+
+    def keep_rows(self, packed: bool) -> np.ndarray:
+        """:attr:`rows`, made for every fitting function (in pages made ahead) for :meth:`ao_blocks` to fill."""
+        nao = self.mol.nao_nr()
+        self.rows = prefaulted_empty((self.naux, self.per_aux(True)) if packed else (self.naux, nao, nao))
+        return self.rows
+
+    @staticmethod
+    def rows_mb(nao: int, naux: int, packed: bool) -> float:
+        """MB of :meth:`keep_rows`' array."""
+        return naux * (nao * (nao + 1) // 2 if packed else nao * nao) * 8 / 1e6
 
     @functools.cached_property
     def joined(self) -> gto.Mole:

@@ -114,7 +114,8 @@ def _kernel(mf, device: Device, max_memory: float, auxbasis, frozen: Frozen, pro
     else:
         store = BStore(dfi.naux, spins, device.storage_dtype, plan.incore)
         try:
-            stage_times = build_b(dfi, spins, device, plan, store, progress, early)
+            stage_times = build_b(dfi, spins, device, plan, store, progress, early,
+                                  keep_rows=keep_b is not None and keep_b.keep_rows)
             b_on_device = device.hold(store.arrays) if store.incore else "read from the HDF5 file block by block"
             t0 = time.perf_counter()
             pairs = pair_energies(store, spins, device, occ_block, progress) if pair_step else \

@@ -28,7 +28,7 @@ from . import dfmp2
 from .devices import Device, get_device
 from .errors import InputError, NumericalError, ResourceError
 from .geometry import check_geometry
-from .df import largest_shell, make_auxmol, pyscf_fitting
+from .df import DFIntegrals, largest_shell, make_auxmol, pyscf_fitting
 from .memory import SpinShape, budget_mb, check_budget_before_scf, peak_rss_mb, plan_blocks, return_freed_memory
 from .basis import BasisSet, MoleculeBases, atom_symbols, default_fitting, fitting_basis
 from .methods import dispersion_energy, get_method
@@ -200,11 +200,48 @@ def compute(
         stage = scf_stage(molecule, options, device, progress, comm, dm0, keep_tensor=options.gradient and one_rank,
                           checked=True, meanwhile=early.start if early is not None else None)
         check_stopped()
-        # the SCF's tensor, kept for the gradient's response, is held beside everything that follows
+        # the SCF's tensor, kept for the gradient's response, is held beside everything that follows; so are the
+        # energy's 3-index integrals, kept for the gradient's RI pass, where the budget holds both
         held = scf_tensor_held_mb(stage, options, device) if options.gradient and one_rank else 0.0
+        rows = ri_rows_held_mb(stage, options, device, held) if options.gradient and one_rank else 0.0
+        kept.keep_rows = rows > 0
         result, mf = _energy_and_gradient(stage, options, device, held, progress, keep_pair_energies, comm,
-                                          kept if options.gradient else None, early)
+                                          kept if options.gradient else None, early, rows)
     return result, mf
+
+
+def _residency(stage: ScfStage, device: Device, mb: float) -> tuple:
+    """What the energy's and the gradient's plans keep where within ``mb`` MB: the energy's B in memory or
+    not, and the gradient's stores, pair blocks, response factors and JK-fit half-transform."""
+    from .grad.dfmp2 import check_budget_before_scf as gradient_plan
+
+    mol = stage.mf.mol
+    auxmol, _ = make_auxmol(mol, stage.molecule.ri_auxbasis)
+    nao, nocc = mol.nao_nr(), max(mol.nelec)
+    energy = plan_blocks(nao, auxmol.nao_nr(), [SpinShape(nocc, max(1, nao - nocc))], largest_shell(auxmol),
+                         mb, device.storage_dtype.itemsize)
+    plan = gradient_plan(mol, auxmol, stage.molecule.jk_auxbasis, device.storage_dtype.itemsize, mb,
+                         device.memory_mb())
+    return energy.incore, plan.stores_incore, plan.pair_block, plan.response_factors, plan.jk_half_incore
+
+
+def _holds(stage: ScfStage, device: Device, budget: float, mb: float) -> bool:
+    """Whether ``mb`` MB can be held beside a run of ``budget`` MB without moving any array the plans keep
+    (:func:`_residency`)."""
+    try:
+        return mb < budget and _residency(stage, device, budget - mb) == _residency(stage, device, budget)
+    except ResourceError:
+        return False
+
+
+def ri_rows_held_mb(stage: ScfStage, options: RunOptions, device: Device, held: float) -> float:
+    """MB of the energy's 3-index integrals (P|μν) of the MP2 fitting basis, kept from the energy's B build for
+    the gradient's RI pass (:attr:`mp2trn.df.DFIntegrals.rows`), which then computes them only once; 0 where
+    holding them beside the budget less ``held`` (the SCF's tensor) would move any array the plans keep."""
+    mol = stage.mf.mol
+    auxmol, _ = make_auxmol(mol, stage.molecule.ri_auxbasis)
+    mb = DFIntegrals.rows_mb(mol.nao_nr(), auxmol.nao_nr(), device.ao_packed)
+    return mb if _holds(stage, device, budget_mb(options.max_memory) - held, mb) else 0.0
 
 
 def scf_tensor_held_mb(stage: ScfStage, options: RunOptions, device: Device) -> float:
@@ -212,44 +249,32 @@ def scf_tensor_held_mb(stage: ScfStage, options: RunOptions, device: Device) -> 
     the gradient then plan around (their budget less it). It stays only where their plans, with that much
     less, keep every array where the whole budget would (in memory or streamed, the response's MO blocks
     made); else it is freed here and the response builds it again."""
-    from .grad.dfmp2 import check_budget_before_scf as gradient_plan, release_scf_tensor, scf_tensor
+    from .grad.dfmp2 import release_scf_tensor, scf_tensor
     from .jk import DeviceJK
 
-    mf, mol = stage.mf, stage.mf.mol
+    mf = stage.mf
     tensor = scf_tensor(mf)
     if tensor is None or not isinstance(mf.with_df, DeviceJK):
         return 0.0      # none kept (PySCF's own tensor stays in PySCF's object either way)
     held = tensor.nbytes / 1e6
-    budget = budget_mb(options.max_memory)
-    auxmol, _ = make_auxmol(mol, stage.molecule.ri_auxbasis)
-    itemsize = device.storage_dtype.itemsize
-
-    def residency(mb: float) -> tuple:
-        nao, nocc = mol.nao_nr(), max(mol.nelec)
-        energy = plan_blocks(nao, auxmol.nao_nr(), [SpinShape(nocc, max(1, nao - nocc))], largest_shell(auxmol),
-                             mb, itemsize)
-        plan = gradient_plan(mol, auxmol, stage.molecule.jk_auxbasis, itemsize, mb, device.memory_mb())
-        return energy.incore, plan.stores_incore, plan.pair_block, plan.response_factors, plan.jk_half_incore
-
-    try:
-        if held < budget and residency(budget - held) == residency(budget):
-            return held
-    except ResourceError:
-        pass
+    if _holds(stage, device, budget_mb(options.max_memory), held):
+        return held
     release_scf_tensor(mf)
     return 0.0
 
 
 def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, held_mb: float,
                          progress: Progress | None, keep_pair_energies: bool, comm: Comm | None,
-                         kept: KeptB | None, early: EarlyIntegrals | None = None) -> tuple[MP2Result, Any]:
+                         kept: KeptB | None, early: EarlyIntegrals | None = None,
+                         rows_mb: float = 0.0) -> tuple[MP2Result, Any]:
     """The MP2 energy of the SCF of ``stage``, and its gradient with ``--gradient`` (from the energy's B in
-    ``kept``), within the run's budget less the ``held_mb`` MB of the SCF's tensor kept for the gradient;
-    ``early``: the MP2 step's integrals begun during the SCF."""
+    ``kept``), within the run's budget less the ``held_mb`` MB of the SCF's tensor kept for the gradient and
+    the ``rows_mb`` MB of the 3-index integrals the energy keeps for it (``kept.keep_rows``); ``early``: the MP2
+    step's integrals begun during the SCF."""
     from .grad.dfmp2 import sweep_gives_energies
 
     mf, t_scf, molecule = stage.mf, stage.seconds, stage.molecule
-    budget = budget_mb(options.max_memory) - held_mb
+    budget = budget_mb(options.max_memory) - held_mb - rows_mb
     method = get_method(options.method)
     # a gradient whose sweep can sum the pair energies from its own amplitudes: the energy forms none
     deferred = (options.gradient and kept is not None and not method.double_hybrid
@@ -261,6 +286,8 @@ def _energy_and_gradient(stage: ScfStage, options: RunOptions, device: Device, h
                 "method": method.record(), "memory_mb": budget_mb(options.max_memory)}
     if held_mb:
         what_ran["scf_tensor_kept_mb"] = round(held_mb, 1)   # planned around by the energy and the gradient
+    if rows_mb:
+        what_ran["ri_integrals_kept_mb"] = round(rows_mb, 1)
     timings = {"scf": t_scf, **result.timings}
     timings["total"] = t_scf + result.timings["mp2"]
     record = scf_record(mf, t_scf, options.lindep)

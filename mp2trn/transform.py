@@ -104,6 +104,9 @@ class KeptB:
         self.dfi: DFIntegrals | None = None
         self.spins: list[SpinOrbitals] = []
         self.store: BStore | None = None
+        #: whether the energy keeps its 3-index integrals too (:attr:`DFIntegrals.rows`, for the gradient's RI
+        #: pass): set by the caller whose budget holds them (:func:`mp2trn.pipeline.ri_rows_held_mb`)
+        self.keep_rows = False
 
     def keep(self, dfi: DFIntegrals, spins: list[SpinOrbitals], store: BStore) -> None:
         """Hold the energy's fitting integrals and its filled B ``store`` (closing anything held before)."""
@@ -334,11 +337,14 @@ def build_b(
     store: BStore,
     progress: Progress | None = None,
     early: EarlyIntegrals | None = None,
+    keep_rows: bool = False,
 ) -> dict[str, float]:
     """Fill ``store`` with B for every spin. Returns stage wall times (s): 'ao_to_mo', 'metric'.
-    ``early``: 3-index blocks made during the SCF (their fitting integrals must be ``dfi``), taken first."""
+    ``early``: 3-index blocks made during the SCF (their fitting integrals must be ``dfi``), taken first.
+    ``keep_rows``: every block's 3-index integrals stay in ``dfi.rows`` (:meth:`DFIntegrals.keep_rows`) for the
+    gradient's RI pass of the same run (the caller's budget holds them)."""
     with scratch_writes("the out-of-core B tensor", plan.b_tensor_mb * 1e6):
-        return _build_b(dfi, spins, device, plan, store, progress, early)
+        return _build_b(dfi, spins, device, plan, store, progress, early, keep_rows)
 
 
 def _handed_over(made: list):
@@ -347,7 +353,7 @@ def _handed_over(made: list):
         yield made.pop(0)
 
 
-def _build_b(dfi, spins, device, plan, store, progress, early) -> dict[str, float]:
+def _build_b(dfi, spins, device, plan, store, progress, early, keep_rows=False) -> dict[str, float]:
     t0 = time.perf_counter()
     # where the device computes off the host's cores, the next block's integrals are made while it transforms
     # this one (mp2trn.overlap): two blocks alive, each half the planned block so that both fit its room
@@ -361,12 +367,16 @@ def _build_b(dfi, spins, device, plan, store, progress, early) -> dict[str, floa
         aux_block = min(aux_block, early.aux_block)   # one block shape (one kernel signature) where it fits
     nshell = dfi.auxmol.nbas
     nblocks = len(made) + dfi.block_count(aux_block, (first, nshell))
-    blocks = dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=(first, nshell), buffers=2 if ahead else 1)
+    rows = dfi.keep_rows(device.ao_packed) if keep_rows else None
+    blocks = dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=(first, nshell), buffers=2 if ahead else 1,
+                           into=rows)
     rest = made_ahead(blocks) if ahead else blocks
     for k, (p0, p1, ao) in enumerate(itertools.chain(_handed_over(made), rest)):
         for s, orb in enumerate(spins):
             v = device.ao_to_mo(ao, orb.c_occ, orb.c_vir)
             store.arrays[s][p0:p1] = v.reshape(p1 - p0, -1)
+        if rows is not None and not np.shares_memory(ao, rows):     # a block made during the SCF
+            rows[p0:p1] = ao
         check_stopped()
         if progress:
             progress("ao_to_mo", k + 1, nblocks)

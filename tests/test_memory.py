@@ -313,3 +313,24 @@ def test_ao_blocks_unpacked_from_packed_integrals_equal_all_pairs(buffers):
         assert got.shape == want.shape and np.max(np.abs(got - want)) < 1e-13
         packed = np.concatenate([ao.copy() for _, _, ao in dfi.ao_blocks(max_functions, packed=True)])
         assert np.max(np.abs(lib.unpack_tril(packed) - want)) < 1e-13
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_kept_rows_hold_every_blocks_integrals(packed):
+    """Blocks written into :meth:`DFIntegrals.keep_rows`' array (``into``) are views of it and leave it equal to
+    the blocks of the reused buffers, packed or not; the gradient's RI pass reads them from there
+    (tests/test_reuse.py compares its gradient with one that computes them)."""
+    from pyscf import df, gto
+
+    from mp2trn.df import DFIntegrals, tensor_rows_unpacked
+
+    mol = gto.M(atom="O 0 0 0.1; H 0 0.76 -0.5; H 0 -0.72 -0.45", basis="cc-pvdz", verbose=0)
+    auxmol = df.make_auxmol(mol, "cc-pvdz-ri")
+    dfi = DFIntegrals(mol, auxmol, "cc-pvdz-ri", np.eye(auxmol.nao_nr()))
+    rows = dfi.keep_rows(packed)
+    assert rows.nbytes / 1e6 == pytest.approx(DFIntegrals.rows_mb(mol.nao_nr(), auxmol.nao_nr(), packed))
+    for _, _, ao in dfi.ao_blocks(7, packed=packed, into=rows):
+        assert np.shares_memory(ao, rows)
+    want = np.concatenate([ao.copy() for _, _, ao in dfi.ao_blocks(7, packed=packed)])
+    assert np.array_equal(rows.reshape(want.shape), want)
+    assert tensor_rows_unpacked(rows[3:9]).shape == (6, mol.nao_nr(), mol.nao_nr())

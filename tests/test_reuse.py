@@ -28,9 +28,12 @@ def test_gradient_reusing_b_and_scf_tensor_equals_rebuilding(atom, multiplicity)
     reused = result.what_ran["gradient_reused"]
     assert reused["B"] == "the energy's" and reused["jkfit_tensor"].startswith("the SCF's")
     assert reused["jkfit_integrals"].startswith("the SCF's tensor")
+    # the RI pass read the energy's 3-index integrals, kept beside the budget's arrays
+    assert reused["ri_integrals"].startswith("the energy's") and result.what_ran["ri_integrals_kept_mb"] > 0
     assert result.what_ran["scf_tensor_kept_mb"] > 0
     assert rebuilt.what_ran["gradient_reused"] == {"B": "built", "jkfit_tensor": "built again",
                                                    "jkfit_integrals": "computed (3-index integrals)",
+                                                   "ri_integrals": "computed (3-index integrals)",
                                                    "B_on_device": "host memory (the device computes there)"}
     assert np.max(np.abs(result.gradient - rebuilt.gradient)) < 1e-10
     assert np.max(np.abs(result.densities.dm_relaxed - rebuilt.dm_relaxed)) < 1e-10
@@ -145,3 +148,31 @@ def test_only_mp2trns_own_cholesky_tensor_is_read_by_the_jkfit_pass():
     theirs = density_fit_jk(theirs, "cpu")
     theirs.kernel()
     assert theirs.with_df.tensor.full is not None and cholesky_scf_tensor(theirs) is None
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_ri_pass_from_the_kept_integrals_equals_computing_them(packed):
+    """The RI pass over blocks of a few fitting functions reads the energy's kept 3-index integrals
+    (DFIntegrals.rows, packed or not) and gives the Lagrangian and derivative terms of the pass that computes
+    them, to 1e-12; it frees them."""
+    from pyscf import gto, scf
+
+    from mp2trn.df import build_df
+    from mp2trn.grad.orbitals import channels
+    from mp2trn.grad.ri import ri_pass
+    from mp2trn.orbitals import select_frozen
+
+    mol = gto.M(atom=WATER, basis="cc-pvdz", verbose=0)
+    mf = scf.RHF(mol).density_fit(auxbasis="cc-pvdz-jkfit").run(conv_tol=1e-10)
+    chans = channels(mf, select_frozen(mf, None))
+    dfi = build_df(mol, "cc-pvdz-ri")
+    rng = np.random.default_rng(5)
+    with BStore(dfi.naux, chans, np.float64, True) as gamma:
+        gamma.arrays[0][...] = rng.normal(size=gamma.arrays[0].shape)
+        computed = ri_pass(dfi, chans, gamma, 12)
+        rows = dfi.keep_rows(packed)
+        for _ in dfi.ao_blocks(40, packed=packed, into=rows):
+            pass
+        kept = ri_pass(dfi, chans, gamma, 12)
+    assert dfi.rows is None
+    assert np.max(np.abs(kept[0][0] - computed[0][0])) < 1e-12 and np.max(np.abs(kept[1] - computed[1])) < 1e-12

@@ -25,7 +25,7 @@ from pyscf import gto
 
 from ..devices import Device
 from ..devices.cpu import CpuDevice
-from ..df import DFIntegrals, _shell_ranges, reused_buffer, unpacked_integrals
+from ..df import DFIntegrals, _shell_ranges, reused_buffer, tensor_rows_unpacked, unpacked_integrals
 from ..scratch import check_stopped
 from ..threads import one_blas_pool
 from ..transform import BStore
@@ -146,7 +146,9 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     (None without ``derivatives``: a relaxed density needs only X).
 
     ``gamma`` holds Γ in the fitting coefficients (after :func:`to_fitting_coefficients`); ``device`` runs
-    Γ's back-transformation to the AO basis (None: the host, fp64)."""
+    Γ's back-transformation to the AO basis (None: the host, fp64). The 3-index integrals are ``dfi.rows``
+    where the energy kept them (:attr:`mp2trn.df.DFIntegrals.rows`, taken and freed by this pass), else
+    computed here."""
     device = device or CpuDevice()
     occupied = [device.response_operand(ch.c[:, ch.act].T) for ch in channels] if derivatives else []
     mol, auxmol = dfi.mol, dfi.auxmol
@@ -157,6 +159,7 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     per_ao = np.zeros((nao, 3))          # Σ over ν, P of ip1 · (Γ + Γᵀ), by the function μ
     per_aux = np.zeros((dfi.naux, 3))     # Σ over μ, ν of ip2 · Γ, by the fitting function P
     blocks = list(_shell_ranges(loc, aux_block))
+    kept_rows, dfi.rows = dfi.rows, None      # the energy's integrals, freed with this pass
     # the integrals, the symmetrised AO 2PDM and the derivative integrals of every block in buffers made once
     # for the largest (the plan's 8·nao² per fitting function holds them): a new array per block is fresh
     # memory whose first touch cost more than the work on it (Inosine/cc-pVDZ: this pass 6.9-7.0 s → 6.0-6.1 s,
@@ -168,7 +171,8 @@ def ri_pass(dfi: DFIntegrals, channels: list[SpinOrbitals], gamma: BStore, aux_b
     for s0, s1 in blocks:
         p0, p1 = int(loc[s0]), int(loc[s1])
         shls = (0, nbas, 0, nbas, nbas + s0, nbas + s1)
-        ao = unpacked_integrals(pmol, nbas, s0, s1, out=ao_buf)            # (p, nao, nao) (symmetric in μν)
+        ao = unpacked_integrals(pmol, nbas, s0, s1, out=ao_buf) if kept_rows is None else \
+            tensor_rows_unpacked(kept_rows[p0:p1], out=ao_buf)            # (p, nao, nao) (symmetric in μν)
         p = p1 - p0
         # ((P, ν), μ) = (P|νμ) = (P|μν): its transpose is the (μ, (P, ν)) operand, a view (no copy)
         ao_flat = ao.reshape(p * nao, nao)
