@@ -203,16 +203,18 @@ def compute(
         # the SCF's tensor, kept for the gradient's response, is held beside everything that follows; so are the
         # energy's 3-index integrals, kept for the gradient's RI pass, where the budget holds both
         held = scf_tensor_held_mb(stage, options, device) if options.gradient and one_rank else 0.0
-        rows = ri_rows_held_mb(stage, options, device, held) if options.gradient and one_rank else 0.0
+        rows = ri_rows_held_mb(stage, options, device, held) if options.gradient and one_rank and early is None \
+            else 0.0
         kept.keep_rows = rows > 0
         result, mf = _energy_and_gradient(stage, options, device, held, progress, keep_pair_energies, comm,
                                           kept if options.gradient else None, early, rows)
     return result, mf
 
 
-def _residency(stage: ScfStage, device: Device, mb: float) -> tuple:
+def _residency(stage: ScfStage, device: Device, mb: float, reduced: bool = True) -> tuple:
     """What the energy's and the gradient's plans keep where within ``mb`` MB: the energy's B in memory or
-    not, and the gradient's stores, pair blocks, response factors and JK-fit half-transform."""
+    not, and the gradient's stores, pair blocks, response factors, JK-fit half-transform and (``reduced``) the
+    response factors' reduced copy."""
     from .grad.dfmp2 import check_budget_before_scf as gradient_plan
 
     mol = stage.mf.mol
@@ -221,15 +223,17 @@ def _residency(stage: ScfStage, device: Device, mb: float) -> tuple:
     energy = plan_blocks(nao, auxmol.nao_nr(), [SpinShape(nocc, max(1, nao - nocc))], largest_shell(auxmol),
                          mb, device.storage_dtype.itemsize)
     plan = gradient_plan(mol, auxmol, stage.molecule.jk_auxbasis, device.storage_dtype.itemsize, mb,
-                         device.memory_mb())
-    return energy.incore, plan.stores_incore, plan.pair_block, plan.response_factors, plan.jk_half_incore
+                         device.memory_mb(), device.reduced_response_itemsize)
+    return (energy.incore, plan.stores_incore, plan.pair_block, plan.response_factors, plan.jk_half_incore,
+            plan.response_reduced if reduced else None)
 
 
-def _holds(stage: ScfStage, device: Device, budget: float, mb: float) -> bool:
+def _holds(stage: ScfStage, device: Device, budget: float, mb: float, reduced: bool = True) -> bool:
     """Whether ``mb`` MB can be held beside a run of ``budget`` MB without moving any array the plans keep
-    (:func:`_residency`)."""
+    (:func:`_residency`; with ``reduced``, nor dropping the response's reduced copy)."""
     try:
-        return mb < budget and _residency(stage, device, budget - mb) == _residency(stage, device, budget)
+        return mb < budget and (_residency(stage, device, budget - mb, reduced)
+                                == _residency(stage, device, budget, reduced))
     except ResourceError:
         return False
 
@@ -237,7 +241,8 @@ def _holds(stage: ScfStage, device: Device, budget: float, mb: float) -> bool:
 def ri_rows_held_mb(stage: ScfStage, options: RunOptions, device: Device, held: float) -> float:
     """MB of the energy's 3-index integrals (P|μν) of the MP2 fitting basis, kept from the energy's B build for
     the gradient's RI pass (:attr:`mp2trn.df.DFIntegrals.rows`), which then computes them only once; 0 where
-    holding them beside the budget less ``held`` (the SCF's tensor) would move any array the plans keep."""
+    holding them beside the budget less ``held`` (the SCF's tensor) would move any array the plans keep. (Not
+    asked where the MP2 step's integrals were begun during the SCF: their blocks take that room.)"""
     mol = stage.mf.mol
     auxmol, _ = make_auxmol(mol, stage.molecule.ri_auxbasis)
     mb = DFIntegrals.rows_mb(mol.nao_nr(), auxmol.nao_nr(), device.ao_packed)
@@ -257,7 +262,9 @@ def scf_tensor_held_mb(stage: ScfStage, options: RunOptions, device: Device) -> 
     if tensor is None or not isinstance(mf.with_df, DeviceJK):
         return 0.0      # none kept (PySCF's own tensor stays in PySCF's object either way)
     held = tensor.nbytes / 1e6
-    if _holds(stage, device, budget_mb(options.max_memory), held):
+    # held even where it takes the room of the response's reduced copy (fp32 inner solves): without it the
+    # response would build the tensor again
+    if _holds(stage, device, budget_mb(options.max_memory), held, reduced=False):
         return held
     release_scf_tensor(mf)
     return 0.0

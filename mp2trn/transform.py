@@ -367,6 +367,8 @@ def _build_b(dfi, spins, device, plan, store, progress, early, keep_rows=False) 
         aux_block = min(aux_block, early.aux_block)   # one block shape (one kernel signature) where it fits
     nshell = dfi.auxmol.nbas
     nblocks = len(made) + dfi.block_count(aux_block, (first, nshell))
+    if keep_rows and early is not None:
+        raise ValueError("build_b: kept rows are planned without blocks made during the SCF")
     rows = dfi.keep_rows(device.ao_packed) if keep_rows else None
     blocks = dfi.ao_blocks(aux_block, packed=device.ao_packed, shells=(first, nshell), buffers=2 if ahead else 1,
                            into=rows)
@@ -375,8 +377,6 @@ def _build_b(dfi, spins, device, plan, store, progress, early, keep_rows=False) 
         for s, orb in enumerate(spins):
             v = device.ao_to_mo(ao, orb.c_occ, orb.c_vir)
             store.arrays[s][p0:p1] = v.reshape(p1 - p0, -1)
-        if rows is not None and not np.shares_memory(ao, rows):     # a block made during the SCF
-            rows[p0:p1] = ao
         check_stopped()
         if progress:
             progress("ao_to_mo", k + 1, nblocks)

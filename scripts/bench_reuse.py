@@ -1,13 +1,15 @@
 #!/usr/bin/env python
-"""What the gradient saves by taking over the energy's B and the SCF's JK-fit tensor (issue 33, "nothing
-built twice"): one process, one SCF, the gradient stage timed round robin — as a run does it (the energy's
-B, the SCF's tensor kept for the response) and building both again — with the gradients compared.
+"""What the gradient saves by taking over the energy's B, its 3-index integrals and the SCF's JK-fit tensor
+(issue 33, "nothing built twice"): one process, one SCF, the gradient stage timed round robin — as a run does
+it (the energy's B and, where the budget holds them, its integrals for the RI pass; the SCF's tensor kept for
+the response) and building them all again — with the gradients compared.
 
     python scripts/bench_reuse.py --xyz molecules/gpu4pyscf/organic/020_Vitamin_C.xyz --repeats 2
 
 Each "reused" round runs the energy (which keeps B) and then the gradient; each "rebuilt" round runs the
 gradient kernel on the same SCF with nothing handed over. Prints the gradient stage's seconds per round,
-the B stage and the response stage (where the tensor and its MO blocks are made), and the largest gradient
+the B stage, the RI pass (where the integrals are read or made) and the response stage (where the tensor and
+its MO blocks are made), and the largest gradient
 difference. A benchmark, not a test (the equality is tests/test_reuse.py's).
 """
 
@@ -28,20 +30,23 @@ from mp2trn.grad import kernel as gradient_kernel  # noqa: E402
 from mp2trn.machine import machine_description  # noqa: E402
 from mp2trn.memory import budget_mb  # noqa: E402
 from mp2trn.options import RunOptions  # noqa: E402
-from mp2trn.pipeline import open_device, scf_stage, scf_tensor_held_mb  # noqa: E402
+from mp2trn.pipeline import open_device, ri_rows_held_mb, scf_stage, scf_tensor_held_mb  # noqa: E402
 from mp2trn.transform import KeptB  # noqa: E402
 
-STAGES = ("gradient_b", "gradient_response", "gradient")
+STAGES = ("gradient_b", "gradient_ri", "gradient_response", "gradient")
 
 
 def reused_round(stage, options, device) -> tuple[dict, np.ndarray, dict]:
-    """Energy then gradient as a run does them: B kept by the energy, the SCF's tensor kept (re-made here
-    for the round, outside the timing, as the SCF would have left it)."""
+    """Energy then gradient as a run does them: B and (where the budget holds them) the 3-index integrals kept
+    by the energy, the SCF's tensor kept (re-made here for the round, outside the timing, as the SCF would
+    have left it)."""
     mf, molecule = stage.mf, stage.molecule
     mf.with_df.tensor.full = _scf_rows(mf)
     held = scf_tensor_held_mb(stage, options, device)
-    budget = budget_mb(options.max_memory) - held
+    rows = ri_rows_held_mb(stage, options, device, held)
+    budget = budget_mb(options.max_memory) - held - rows
     with KeptB() as kept:
+        kept.keep_rows = rows > 0
         dfmp2.kernel(mf, device, budget, molecule.ri_auxbasis, options.frozen, keep_b=kept)
         g = gradient_kernel(mf, device, budget, molecule.ri_auxbasis, options.frozen, kept_b=kept)
     return g.timings, g.gradient, g.what_ran["gradient_reused"]
@@ -80,10 +85,11 @@ def main() -> None:
                 grads.setdefault(name, grad)
                 print(f"{name} round {r}: {time.perf_counter() - t0:.1f} s wall", flush=True)
     print(f"\n{args.xyz.name}/{args.basis}, device {args.device}\n")
-    print("| round | B stage s | response s | gradient stage s | what was handed over |")
-    print("|---|---:|---:|---:|---|")
+    print("| round | B stage s | RI pass s | response s | gradient stage s | what was handed over |")
+    print("|---|---:|---:|---:|---:|---|")
     for name, r, t, what in rows:
-        print(f"| {name} {r} | {t['gradient_b']:.2f} | {t['gradient_response']:.2f} | {t['gradient']:.2f} | "
+        print(f"| {name} {r} | {t['gradient_b']:.2f} | {t['gradient_ri']:.2f} | {t['gradient_response']:.2f} | "
+              f"{t['gradient']:.2f} | "
               f"{'; '.join(f'{k}: {v}' for k, v in what.items())} |")
     print(f"\nlargest gradient difference, reused − rebuilt: "
           f"{np.max(np.abs(grads['reused'] - grads['rebuilt'])):.1e} Eh/bohr")

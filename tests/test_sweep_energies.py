@@ -87,8 +87,9 @@ def _spins(rng, nspins: int, nocc=(5, 4), nvir=(7, 8)) -> list[SpinOrbitals]:
     return out
 
 
-@pytest.mark.parametrize("nspins, c_os, c_ss", [(1, 1.0, 1.0), (1, 1.2, 1 / 3), (2, 1.0, 1.0), (2, 1.2, 1 / 3)],
-                         ids=["rhf", "rhf-scs", "uhf", "uhf-scs"])
+@pytest.mark.parametrize("nspins, c_os, c_ss", [(1, 1.0, 1.0), (1, 1.2, 1 / 3), (1, 1.0, 0.01), (2, 1.0, 1.0),
+                                                (2, 1.2, 1 / 3)],
+                         ids=["rhf", "rhf-scs", "rhf-small-ss", "uhf", "uhf-scs"])
 @pytest.mark.parametrize("strip, pair_block", [(0, 0), (2, 0), (2, 2)], ids=["whole", "strips", "pair-blocks"])
 def test_sweep_energies_equal_pair_energies(nspins, c_os, c_ss, strip, pair_block):
     """The sweep's sums — whole strips, strips of two k, and B read as pairs of two-orbital blocks (each i
@@ -103,6 +104,32 @@ def test_fp32_sweep_energies_equal_pair_energies(nspins, c_os, c_ss):
     pair step's, whatever the SCS coefficients (x is summed itself, not recovered from a difference that
     magnifies the rounding by c_direct/c_exch)."""
     _compare_sums(nspins, c_os, c_ss, 0, 0, "fp32", 3e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["fp64", "fp32"])
+@pytest.mark.parametrize("c_direct, c_exch", [(2.0, 1.0), (1.2 + 1 / 3, 1 / 3), (1.01, 0.01), (1.0, 0.0)],
+                         ids=["rhf", "scs", "small-ss", "no-exchange"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_pair_sums_of_one_tile(dtype, c_direct, c_exch, layout):
+    """One pair's os = Σ T·τ and x = Σ T·τᵀ as the cpu sweep sums them — fp64 contiguous tiles through two dot
+    products and x recovered from Σ T·t̃, fp32 or strided tiles each sum by itself in fp64 — against the
+    definitions in fp64: 1e-12 relative (fp64, the recovered x included, c_exch down to 0.01), 3e-7 (fp32)."""
+    from mp2trn.devices.cpu import _exchanged, _pair_sums
+
+    rng = np.random.default_rng(3)
+    nv = 9
+    wide = rng.normal(size=(nv, 3 * nv)).astype(dtype)
+    tau = np.ascontiguousarray(wide[:, :nv]) if layout == "contiguous" else wide[:, nv : 2 * nv]
+    big_t = (rng.normal(size=(nv, nv)) * tau).astype(dtype)
+    tilde = np.empty_like(tau) if layout == "contiguous" else np.empty_like(wide)[:, :nv]
+    _exchanged(tau, c_direct, c_exch, np.empty((nv, nv), dtype=dtype), tilde)
+    os_, x = _pair_sums(big_t, tau, tilde, c_direct, c_exch, bool(c_exch))
+    t64, tau64 = big_t.astype(np.float64), tau.astype(np.float64)
+    want_os, want_x = np.sum(t64 * tau64), np.sum(t64 * tau64.T)
+    tol = 1e-12 if dtype == np.float64 else 3e-7
+    scale = np.sum(np.abs(t64 * tau64))
+    assert abs(os_ - want_os) < tol * scale
+    assert (x is None) == (not c_exch) and (x is None or abs(x - want_x) < tol * scale)
 
 
 def _compare_sums(nspins, c_os, c_ss, strip, pair_block, precision, tol):

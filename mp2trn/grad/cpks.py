@@ -34,8 +34,9 @@ kernel in fp32 or ``gemm_x3`` in fp32x3, a resident pair re-split on the chip by
 torch; cpu: fp64), the solver's vectors and sums in fp64 on the host; fp32 products run the inner solves of
 an iterative refinement by fp64 ones (:func:`mp2trn.grad.response.solve_zvector`), and on the cpu so do the
 SGEMMs of an fp32 copy of the blocks where the memory plan has room (:meth:`ResponseJK.reduced`). The G[X]
-columns for the Lagrangian and W are device GEMMs of the same blocks (:meth:`ResponseJK.occupied_columns`,
-two per gradient, each for the rows it reads).
+columns for the Lagrangian and W are device GEMMs of the same blocks: G[P] of the unrelaxed density
+(:meth:`ResponseJK.occupied_columns`, once per gradient) and the relaxed density's z part for W's occupied
+block (:meth:`ResponseJK.zvector_occupied`).
 """
 
 from __future__ import annotations
@@ -303,8 +304,8 @@ class ResponseJK:
         the device (stage ``zvector``); ρ_oo + ρ_ov and ρ_ov are traces of W's two halves, and ρ_vv = Σ_ab
         B^Q_ab X_ab is a host fp64 GEMV (no kept layout has Q free with (a, b) to contract).
 
-        ``rows`` "vir" or "occ": only those rows (the Lagrangian reads G[P]'s virtual rows, W the relaxed
-        G's occupied ones), the others NaN; the virtual rows' B_vv product is most of the cost."""
+        ``rows`` "vir" or "occ": only those rows, the others NaN (the virtual rows' B_vv product is most of the
+        cost); the gradient reads both (the Lagrangian G[P]'s virtual rows, W its occupied ones)."""
         if rows not in (None, "vir", "occ"):
             raise ValueError(f"occupied_columns: rows must be None, 'vir' or 'occ', got {rows!r}")
         rho = np.zeros(self.naux)
@@ -335,6 +336,7 @@ class ResponseJK:
                 np.copyto(vo_rows, ov.transpose(0, 2, 1))
                 vo_rows = self.device.response_operand(vo_rows.reshape(-1, o))
                 k[occ] = self._gemm(kept["oo_rows"], w_occ) + self._gemm(vo_rows, w_vir)
+                del vo_rows          # before the next channel's W is carved
             exchange.append(k)
         out = []
         for ch, kept, k in zip(self.chans, self._kept, exchange):

@@ -257,15 +257,17 @@ def gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes: list[ChannelShape], 
 
 
 def check_budget_before_scf(mol, rifit_auxmol, jk_auxbasis: str | dict, itemsize: int, budget: float,
-                            device_mb: float | None = None) -> GradientPlan:
+                            device_mb: float | None = None, reduced_itemsize: int = 0) -> GradientPlan:
     """The gradient's plan before the SCF, from the all-electron orbital counts per spin (an upper bound:
     frozen core only shrinks them); ResourceError when none fits ``budget`` MB (``jk_auxbasis``: the SCF's
-    JK-fit basis as PySCF takes it)."""
+    JK-fit basis as PySCF takes it; ``reduced_itemsize``: the device's reduced copy of the response's blocks,
+    as :func:`gradient_sizes` takes it)."""
     with quiet_pyscf():
         jkfit_auxmol = df.addons.make_auxmol(mol, jk_auxbasis)
     nao = mol.nao_nr()
     shapes = [ChannelShape(n, n, max(1, nao - n)) for n in sorted(set(mol.nelec))]
-    return plan_gradient(gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes, itemsize), budget, device_mb)
+    return plan_gradient(gradient_sizes(mol, rifit_auxmol, jkfit_auxmol, shapes, itemsize, reduced_itemsize), budget,
+                         device_mb)
 
 
 def scf_tensor(mf) -> np.ndarray | None:
