@@ -5,10 +5,12 @@
     python scripts/bench_scf_jk.py --sweep 2e-6 1e-8 1e-9 1e-10
     python scripts/bench_scf_jk.py --grad-sweep 1e-3 1e-4 --reset-diis
     python scripts/bench_scf_jk.py --incremental --device cpu --xyz molecules/benzene.xyz
+    python scripts/bench_scf_jk.py --mixed               # also the default mixed SCF's build times
 
 Prints the time of PySCF's own 3-index (Cholesky) tensor build, then for an fp64 SCF with device J/K:
 the first J/K build (which moves the tensor to the device), the median of the later builds, the number of
-builds and the SCF wall time. With ``--trace`` instead, an fp64 and a mixed SCF (the default switch
+builds and the SCF wall time; with ``--mixed`` the same for the default mixed (fp32 → fp64) SCF, the median
+of its later fp32 builds and of its fp64 builds. With ``--trace`` instead, an fp64 and a mixed SCF (the default switch
 rules) cycle by cycle: precision, ΔE and the orbital-gradient norm. With ``--sweep``, fp32 (mixed) SCFs
 that switch on the energy alone (|ΔE| per cycle below threshold·|E|): cycles in fp32 and in fp64, SCF time,
 and the energy. With ``--grad-sweep``, fp32
@@ -120,6 +122,8 @@ def main() -> None:
     ap.add_argument("--grad-sweep", nargs="*", type=float, default=[], help="orbital-gradient switch thresholds")
     ap.add_argument("--incremental", action="store_true", help="only: full against difference-density builds")
     ap.add_argument("--reset-diis", action="store_true", help="with --grad-sweep: clear DIIS at the switch")
+    ap.add_argument("--mixed", action="store_true",
+                    help="also the default mixed (fp32 → fp64) SCF: the median of its fp32 and of its fp64 builds")
     args = ap.parse_args()
     mol = build_mole(args.xyz, basis=args.basis)
     print(f"{Path(args.xyz).stem}/{args.basis}, device {args.device}; {machine_description()}")
@@ -134,6 +138,12 @@ def main() -> None:
     print(f"PySCF 3-index tensor build: {t_tensor:.2f} s")
     print(f"fp64 SCF: {t_scf:.2f} s, {mf.cycles} cycles, {len(builds)} J/K builds; first build {builds[0]:.2f} s, "
           f"later builds median {statistics.median(builds[1:]):.3f} s")
+    if args.mixed:
+        mf, _, t_scf = scf_with_device_jk(mol, "fp32", args.device)
+        by = {p: [b["seconds"] for b in mf.with_df.log.builds[1:] if b["precision"] == p] for p in ("fp32", "fp64")}
+        print(f"mixed SCF: {t_scf:.2f} s, {mf.cycles} cycles; later builds median fp32 "
+              f"{statistics.median(by['fp32']):.3f} s ({len(by['fp32'])}), fp64 {statistics.median(by['fp64']):.3f} s "
+              f"({len(by['fp64'])})")
     if args.sweep:
         print("\n| switch threshold ·abs(E) | fp32 cycles | fp64 cycles | SCF (s) | E_SCF (Eh) |")
         print("|---:|---:|---:|---:|---:|")
