@@ -266,16 +266,22 @@ class ResponseJK:
         products per channel (module docstring) whose two large intermediates stay on the device, ρ on the
         host (fp64)."""
         self.products += 1
-        exchange, rho = [], np.zeros(self.naux)
-        for ch, kept, ov, z in zip(self.chans, self._kept, self.b_ov, zs):
+        exchange, rho = [], self._rho_of_z(zs)
+        for ch, kept, z in zip(self.chans, self._kept, zs):
             o = len(ch.occ)
             m = self._grouped(z, kept["vo_by_vir"], o)            # ((Q, i), j) = M^Q_ij
             y = self._grouped(z.T, kept["oo_by_occ"], o, offset=self.naux * o * o)    # ((Q, b), j) = Y^Q_bj
-            rho += ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())    # 2 Σ_ia B^Q_ia z_ai = 2 tr M^Q
             exchange.append(self._gemm(kept["vv_rows"], y) + self._gemm(kept["ov_rows"], m))
             del m, y                                              # device memory for the next channel
         return [self._gemm(kept["ov_by_aux"], rho[:, None]).reshape(len(ch.occ), ch.nvir).T - k
                 for ch, kept, k in zip(self.chans, self._kept, exchange)]
+
+    def _rho_of_z(self, zs: list[np.ndarray]) -> np.ndarray:
+        """ρ_Q of Z + Zᵀ summed over the channels with their weights: 2 Σ_ia B^Q_ia z_ai = 2 tr M^Q (host fp64)."""
+        rho = np.zeros(self.naux)
+        for ch, ov, z in zip(self.chans, self.b_ov, zs):
+            rho += ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())
+        return rho
 
     def zvector_occupied(self, zs: list[np.ndarray]) -> list[np.ndarray]:
         """G^σ[Z^σ + Z^σᵀ] in the (occupied, occupied) block per channel, for z^σ (nvir, nocc): what the
@@ -285,11 +291,10 @@ class ResponseJK:
 
         (2·naux·nocc²·(nvir + nocc) FLOPs, where G[X] of the whole relaxed density's occupied rows costs
         :meth:`occupied_columns`' W and its reordered copies again)."""
-        tees, rho = [], np.zeros(self.naux)
-        for ch, kept, ov, z in zip(self.chans, self._kept, self.b_ov, zs):
+        tees, rho = [], self._rho_of_z(zs)
+        for ch, kept, z in zip(self.chans, self._kept, zs):
             o = len(ch.occ)
             m = self._grouped(z, kept["vo_by_vir"], o)            # ((Q, k), j) = M^Q_kj
-            rho += ch.weight * 2.0 * (ov.reshape(self.naux, -1) @ z.T.ravel())
             t = self._gemm(kept["oo_rows"], m)                    # (i, j): Σ_(Q, k) B^Q_ki M^Q_kj
             del m
             tees.append(t + t.T)
