@@ -36,7 +36,7 @@ from pyscf import df, lib
 from .devices import Device, get_device
 from .df import TensorFile, cholesky_tensor, cholesky_tensor_share
 from .errors import InputError
-from .memory import budget_mb, plan_scf_tensor
+from .memory import JK_WORK_SHARE, budget_mb, plan_scf_tensor
 from .overlap import EarlyBlocks, made_ahead, overlaps
 from .parallel import Comm, balanced_counts, offsets
 from .precision import Precision, get_precision
@@ -398,6 +398,7 @@ class DeviceJK(df.DF):
         self.host = None  # a CPU device for builds in a precision the device has no J/K kernels for
         self.owns_device = owned
         self.tensor = JKTensor(self, max_memory, self.comm, device.jk_packed)
+        device.limit_jk_work(JK_WORK_SHARE * max_memory)
         self.log = CycleLog(schedule)
         #: called once when the builds begin (the tensor made): host work run while the device builds
         self.meanwhile = None
@@ -411,16 +412,23 @@ class DeviceJK(df.DF):
             return self.device
         if self.host is None:
             self.host = get_device("cpu", mode.name)
+            self.host.limit_jk_work(JK_WORK_SHARE * self.tensor.budget)
         return self.host
 
     def _label(self, mode: Precision) -> str:
         return mode.name if self._runs_on(mode) is self.device else f"{mode.name} (host cpu)"
 
-    def release(self, keep_rows: bool = False) -> None:
-        """Free the device copy of the tensor (after the SCF; its host rows too unless ``keep_rows``) and the
-        device when it is ours."""
+    def release_builds(self, keep_rows: bool = False) -> None:
+        """Free the device copy of the tensor (its host rows too unless ``keep_rows``) and the builds' work
+        buffers; a later build makes them anew."""
         self.tensor.release(keep_rows)
         self.device.release_jk()
+        if self.host is not None:
+            self.host.release_jk()
+
+    def release(self, keep_rows: bool = False) -> None:
+        """:meth:`release_builds` (after the SCF), then close the device when it is ours."""
+        self.release_builds(keep_rows)
         if self.owns_device:
             self.device.close()
         if self.host is not None:

@@ -702,6 +702,9 @@ class ScfTensorPlan:
 
 #: share of the memory budget the resident SCF tensor (host rows and a host-memory copy) may use
 SCF_TENSOR_SHARE = 0.5
+#: share of the memory budget the J/K builds' work buffers may hold, all parts of a build together
+#: (:meth:`mp2trn.devices.Device.limit_jk_work`)
+JK_WORK_SHARE = 0.1
 #: share of a device's own memory its copy of the SCF tensor may use (the rest: the MP2 stages' arrays)
 SCF_DEVICE_SHARE = 0.5
 

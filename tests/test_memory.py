@@ -259,6 +259,18 @@ def test_benzene_gradient_stays_within_a_small_budget():
     assert got["gradient_memory"]["B"].startswith("streamed") and got["gradient_memory"]["Gamma"].startswith("streamed")
 
 
+@pytest.mark.slow
+def test_benzene_gradient_whose_response_builds_the_scf_tensor_stays_within_the_budget():
+    """Benzene/cc-pVDZ at 60 MB: the SCF's tensor (29 MB) is resident in the SCF and freed after it, and the
+    response, with no room for its MO blocks, runs J/K builds that make it again. Those builds' work buffers
+    (2 × 16 MB of Z rows for the response's wide density factors) were neither bounded by the budget nor
+    freed after the response, and the run peaked 95 MB above water's at a 60 MB budget; now the J/K stage
+    holds them to a tenth of its budget and the gradient drops them with the tensor."""
+    got = _check_within_budget("molecules/benzene.xyz", "cc-pvdz", 60.0)
+    assert got["tensor"].startswith("resident")
+    assert got["gradient_memory"]["response_jkfit_mo_blocks"].startswith("not made")
+
+
 _FREED_CHILD = """
 import sys
 import numpy as np

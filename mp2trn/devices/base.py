@@ -348,6 +348,11 @@ class Device(ABC):
     def release_jk(self) -> None:
         """Free whatever the J/K builds kept between builds (work buffers), after the SCF."""
 
+    def limit_jk_work(self, mb: float) -> None:
+        """Hold the J/K builds' host work buffers (all parts of a build together) to ``mb`` MB, set by the J/K
+        stage from its budget (:data:`mp2trn.memory.JK_WORK_SHARE` of it). Devices whose builds keep no
+        buffers of that size in host memory ignore it."""
+
     def cost_report(self, since: Any = None) -> dict[str, Any] | None:
         """Modeled accelerator cost of everything run so far, or since a :meth:`cost_checkpoint` (NKI
         devices); the cpu device's measured roofline (:mod:`mp2trn.roofline`); None for cuda."""

@@ -44,6 +44,9 @@ class CpuDevice(Device):
         # ZᵀZ; "unpacked{k}" and "cast{k}" a few tensor rows unpacked (fp64) and converted to the build's
         # dtype, rewritten for every few rows
         self._jk_bufs: dict[str, np.ndarray] = {}
+        # bytes those buffers may hold, all parts together (:meth:`limit_jk_work`; None: the chunk and group
+        # sizes below as they are)
+        self._jk_work_bytes: float | None = None
         #: seconds per piece of the J/K builds since :meth:`time_jk_parts` (None: not timed)
         self.jk_parts: dict[str, float] | None = None
         self._clock = time.perf_counter
@@ -560,8 +563,9 @@ class CpuDevice(Device):
         vk = np.zeros((nao, nao)) if terms else None
         width = sum(ct.shape[0] for ct, _ in terms)
         per_row = nao * nao * 8 if terms else flat_src.shape[1] * 8
-        chunk = min(p1 - p0, max(1, int((_UNPACK_CHUNK_BYTES if terms else _J_CHUNK_BYTES) // per_row)))
-        group = min(p1 - p0, chunk * max(1, int(_SYRK_GROUP_BYTES // (chunk * nao * max(width, 1) * dtype.itemsize))))
+        unpack_bytes, group_bytes = self._jk_work_caps()
+        chunk = min(p1 - p0, max(1, int((unpack_bytes if terms else _J_CHUNK_BYTES) // per_row)))
+        group = min(p1 - p0, chunk * max(1, int(group_bytes // (chunk * nao * max(width, 1) * dtype.itemsize))))
         zs = []
         if terms:
             product = self._jk_buffer(f"k{k}", nao * nao, dtype)[: nao * nao].reshape(nao, nao)   # one group's ZᵀZ
@@ -633,8 +637,22 @@ class CpuDevice(Device):
         return buf
 
     def release_jk(self) -> None:
-        """Drop the J/K work buffers (after the SCF)."""
+        """Drop the J/K work buffers (after the SCF, and after the gradient's response)."""
         self._jk_bufs = {}
+
+    def limit_jk_work(self, mb: float) -> None:
+        self._jk_work_bytes = mb * 1e6
+        self._jk_bufs = {}   # buffers sized under the old limit would stay as large
+
+    def _jk_work_caps(self) -> tuple[float, float]:
+        """(bytes of one part's unpacked rows, bytes of its group of Z rows): :data:`_UNPACK_CHUNK_BYTES` and
+        :data:`_SYRK_GROUP_BYTES`, or less where :meth:`limit_jk_work` leaves each part less than their sum (a
+        quarter and a half of its share: the fp32 conversion's buffer and ZᵀZ take the rest). Never below one
+        row: the builds' floor, which :func:`mp2trn.memory.plan_scf_tensor` counts for a streamed block."""
+        if self._jk_work_bytes is None:
+            return _UNPACK_CHUNK_BYTES, _SYRK_GROUP_BYTES
+        share = self._jk_work_bytes / max(1, blas_threads() if self.split_over_cores else 1)
+        return min(_UNPACK_CHUNK_BYTES, share / 4), min(_SYRK_GROUP_BYTES, share / 2)
 
     def contract_aux(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """T block = xᵀ y over the aux index: x (naux, m), y (naux, n) → (m, n).

@@ -200,10 +200,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
         # is L⁻¹(Q|μν) whole and the response's MO blocks came from it: then the plan held it beside everything
         # (pipeline.scf_tensor_held_mb). Its device blocks go now, its rows after that pass's first half
         held = cholesky_scf_tensor(mf) if derivatives and from_scf else None
-        if held is None:
-            release_scf_tensor(mf)
-        else:
-            held.release(keep_rows=True)
+        release_scf_tensor(mf, keep_rows=held is not None)
         reused["jkfit_integrals"] = ("the SCF's tensor L⁻¹(Q|μν) (ρ and (Q|iμ) read from it)" if held is not None
                                      else "computed (3-index integrals)") if derivatives else "not needed"
         timings["gradient_response"] = time.perf_counter() - t0
@@ -311,12 +308,13 @@ def _response_products(mf, chans: list[SpinOrbitals], plan, reuse: bool, device:
     return built, "built again" + ("" if not reuse else " (the SCF does not hold it whole in memory)"), False
 
 
-def release_scf_tensor(mf) -> None:
+def release_scf_tensor(mf, keep_rows: bool = False) -> None:
     """Free the SCF J/K stage's tensor (kept after the SCF for the response, or made again for its J/K
-    builds; a later build makes it anew), leaving its device open."""
+    builds; a later build makes it anew) but for its host rows where ``keep_rows``, and its builds' work
+    buffers, leaving its device open."""
     from ..jk import DeviceJK
     if isinstance(mf.with_df, DeviceJK):
-        mf.with_df.tensor.release()
+        mf.with_df.release_builds(keep_rows)
 
 
 class Gradients:

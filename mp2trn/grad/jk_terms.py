@@ -155,6 +155,8 @@ def two_electron_gradient(mf, chans: list[SpinOrbitals], p_spin: list[np.ndarray
                                     out=ip_buf)
             del sym
             check_stopped()
+        # the blocks' buffers, and the loop's last view of (P|iμ), go before the metric gradient's (P|Q)^R
+        sym_buf = m_buf = ip_buf = arr = None
     shared = comm.allreduce(_per_atom(mol, mol.natm, per_ao) + _per_atom(auxmol, mol.natm, per_aux), "gradient")
     return shared + 2.0 * metric_gradient(auxmol, mol.natm, gamma)
 
