@@ -20,6 +20,13 @@ from .version import __version__  # noqa: F401
 # (measured: water/cc-pVTZ MP2 step 35-65 ms -> 9-13 ms, for PySCF's DFMP2 as well). Set before PySCF loads
 # its OpenMP runtime; a value the user set wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The same for OpenBLAS's workers (NumPy's and SciPy's pools): each spins ~2^28 cycles after a call before
+# it sleeps, and shares the cores with the cpu device's J/K and pair-step threads that start right after
+# PySCF's driver or a multi-threaded GEMM. 2^4 cycles makes them sleep at once (measured on Inosine/cc-pVDZ,
+# docs/benchmarks.md "OpenBLAS's idle threads": whole runs 3-7 % faster in fp64, 10-12 % in fp32). OpenBLAS
+# reads it when it loads, so it holds where mp2trn is imported before NumPy (the CLI, ``python -m mp2trn``);
+# a value the user set wins.
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from .errors import (  # noqa: E402
     ConvergenceError,

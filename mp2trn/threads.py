@@ -17,7 +17,8 @@ builds (:func:`mp2trn.density_fit_jk`) can do the same::
         mf.kernel()
 
 (``OPENBLAS_THREAD_TIMEOUT=4`` in the environment before NumPy is imported has a similar effect for
-every OpenBLAS at once: each worker then sleeps almost at once after a call.)
+every OpenBLAS at once: each worker then sleeps almost at once after a call. ``import mp2trn`` sets it
+unless it is set, so it holds wherever mp2trn is imported before NumPy.)
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """mp2trn.threads: one BLAS pool on the cores at a time."""
 
+import os
+
 import numpy as np
 import pytest
 import scipy.linalg  # noqa: F401  (loads SciPy's BLAS)
@@ -56,3 +58,27 @@ def test_results_unchanged_inside_the_block():
 def test_pool_note_names_numpys_pool():
     note = pool_note()
     assert "NumPy" in note or "one BLAS library" in note
+
+
+_ENV_CHILD = """
+import os, sys
+import mp2trn  # noqa: F401  (before NumPy, as the CLI and python -m mp2trn import it)
+import numpy  # noqa: F401
+print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"), os.environ.get("OMP_WAIT_POLICY"), "numpy" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("given, expected", [(None, "4"), ("28", "28")])
+def test_import_puts_openblas_workers_to_sleep_unless_the_user_chose(given, expected):
+    """``import mp2trn`` sets OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's workers sleep at once after a call, so they
+    do not spin beside the cpu device's own threads) and OMP_WAIT_POLICY=PASSIVE, before NumPy loads; a
+    value the user set wins (28: OpenBLAS's default)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY")}
+    if given is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = given
+    done = subprocess.run([sys.executable, "-c", _ENV_CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [expected, "PASSIVE", "True"]
