@@ -176,3 +176,27 @@ def test_ri_pass_from_the_kept_integrals_equals_computing_them(packed):
         kept = ri_pass(dfi, chans, gamma, 12)
     assert dfi.rows is None
     assert np.max(np.abs(kept[0][0] - computed[0][0])) < 1e-12 and np.max(np.abs(kept[1] - computed[1])) < 1e-12
+
+
+def test_kept_integrals_of_a_b_the_gradient_does_not_take_are_freed_and_said_so():
+    """The energy kept its B and 3-index integrals for the gradient; a gradient in another fitting basis takes
+    neither: it frees the integrals before its own B and what-ran says they went unused."""
+    from pyscf import gto, scf
+
+    from mp2trn import dfmp2
+    from mp2trn.devices import get_device
+
+    mf = scf.RHF(gto.M(atom=WATER, basis="cc-pvdz", verbose=0)).density_fit()
+    mf.conv_tol = 1e-10
+    mf.kernel()
+    device = get_device("cpu", "fp64")
+    with KeptB() as kept:
+        kept.keep_rows = True
+        dfmp2.kernel(mf, device, 2000.0, "cc-pvdz-ri", keep_b=kept)
+        rows = kept.dfi.rows
+        assert rows is not None and rows.size > 0
+        other = gradient_kernel(mf, device, 2000.0, "def2-svp-ri", None, kept_b=kept)
+        assert kept.dfi.rows is None
+    reused = other.what_ran["gradient_reused"]
+    assert reused["B"].startswith("built") and reused["ri_integrals"] == (
+        "computed (3-index integrals); the energy's, kept for a B this gradient does not take, were freed unused")

@@ -126,7 +126,8 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     spins = chans     # the energy's spin channels, checked for what the gradient differentiates
     reuse_b = kept_b is not None and comm.size == 1 and kept_b.matches(auxbasis, spins, device.storage_dtype)
     dfi = kept_b.dfi if reuse_b else build_df(mol, auxbasis)
-    if kept_b is not None and kept_b.dfi is not None and not reuse_b:
+    rows_unused = kept_b is not None and kept_b.dfi is not None and kept_b.dfi.rows is not None and not reuse_b
+    if rows_unused:
         kept_b.dfi.rows = None          # the energy's integrals, kept for a B this gradient does not take
     device_mb = device.memory_mb()
     if device_mb is not None:     # B held since the energy is the sweep's B (or is freed when not taken)
@@ -174,8 +175,9 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
             gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, plan.metric_cols), "gradient")
             b_store.close()       # B is done with: the fitting-basis pass has the budget without it
             ri.to_fitting_coefficients(gamma, dfi.l_chol, plan.metric_cols)
+            unused = "; the energy's, kept for a B this gradient does not take, were freed unused" if rows_unused else ""
             reused["ri_integrals"] = ("the energy's 3-index integrals (P|μν), kept" if dfi.rows is not None
-                                      else "computed (3-index integrals)")
+                                      else "computed (3-index integrals)" + unused)
             lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, derivatives, device)
             lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
             de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
