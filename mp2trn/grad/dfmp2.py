@@ -116,15 +116,40 @@ def kernel(mf, device: Device, max_memory: float, auxbasis: str | dict | None = 
                        kept_b, reuse_scf_tensor, pair_energies)
 
 
+@dataclass
+class _GradientRun:
+    """What every stage of one gradient reads (the SCF, device, ranks, channels and memory plan), and what the
+    stages record as they go: seconds per stage and what each took from earlier stages or built."""
+
+    mf: Any
+    device: Device
+    comm: Comm
+    chans: list[SpinOrbitals]
+    plan: GradientPlan
+    derivatives: bool
+    progress: Progress | None
+    timings: dict[str, float] = field(default_factory=dict)
+    reused: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _RiStages:
+    """Out of the pair sweep and the fitting-basis pass: the densities, the Lagrangian and the RI basis's
+    derivative terms (None without derivatives)."""
+
+    dens: Any
+    lagrangian: list[np.ndarray]
+    de_3c: np.ndarray | None
+    de_metric: np.ndarray | None
+
+
 def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, derivatives, comm, kept_b,
             reuse_scf_tensor, pair_energies=False) -> GradientResult:
     t_start = time.perf_counter()
     mol = mf.mol
     orbs = reference_orbitals(mf)     # ROHF: semicanonical orbitals per spin (stage 3 is then .rohf's)
-    frozen_sel = select_frozen(orbs, frozen)
-    chans = channels(orbs, frozen_sel)
-    spins = chans     # the energy's spin channels, checked for what the gradient differentiates
-    reuse_b = kept_b is not None and comm.size == 1 and kept_b.matches(auxbasis, spins, device.storage_dtype)
+    chans = channels(orbs, select_frozen(orbs, frozen))
+    reuse_b = kept_b is not None and comm.size == 1 and kept_b.matches(auxbasis, chans, device.storage_dtype)
     dfi = kept_b.dfi if reuse_b else build_df(mol, auxbasis)
     rows_unused = kept_b is not None and kept_b.dfi is not None and kept_b.dfi.rows is not None and not reuse_b
     if rows_unused:
@@ -136,104 +161,129 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     reduced_itemsize = device.reduced_response_itemsize if orbs is mf else 0
     plan = plan_gradient(gradient_sizes(mol, dfi.auxmol, mf.with_df.auxmol, [channel_shape(ch) for ch in chans],
                                         device.storage_dtype.itemsize, reduced_itemsize), max_memory, device_mb)
-    timings: dict[str, float] = {}
-    reused: dict[str, str] = {}
+    run = _GradientRun(mf, device, comm, chans, plan, derivatives, progress)
     # the large block-sized arrays of each stage carved in turn from one mapping (memory.carving): a stage
     # takes the pages the one before it faulted in; no more stays mapped than the largest stage plans
     with carving(max(plan.stage_mb.values()) * MB) as arena:
-        t0 = time.perf_counter()
-        # B and Γ̄ in memory when both fit the plan, else in HDF5 files beside each other (each strip then reads
-        # one spin's B, or pairs of its occupied blocks, and writes its block's Γ̄ rows); B is the energy's when
-        # the run kept it, moved to where this plan wants it
-        if reuse_b:
-            was_incore = kept_b.store.incore
-            dfi, b_store = kept_b.take(plan.stores_incore)
-            reused["B"] = "the energy's" + ("" if was_incore == plan.stores_incore else
-                                            ", moved " + ("into memory" if plan.stores_incore else "to an HDF5 file"))
-        else:
-            b_store = BStore(dfi.naux, spins, device.storage_dtype, plan.stores_incore)
-            reused["B"] = "built" + ("" if kept_b is None else " (the energy's was not kept for these orbitals)")
-        with b_store, BStore(dfi.naux, spins, np.float64, plan.stores_incore, made_ahead=True) as gamma:
-            if not reuse_b:
-                build_b(dfi, spins, device, plan.b_blocks, b_store, progress)
-            # other ranks' Γ̄ columns stay zero here: Γ̄ starts as zeros (made ahead in memory; HDF5 datasets)
-            timings["gradient_b"] = time.perf_counter() - t0
-            # B on the device for the sweep when the energy left it there (the plan above counted it); nothing new
-            # is held here, beyond what the plan counted
-            reused["B_on_device"] = device.hold(b_store.arrays, add=False) if b_store.incore else \
-                "read from the HDF5 file strip by strip"
-            t0 = time.perf_counter()
-            try:
-                with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
-                    dens = densities.sweep(b_store, spins, device, plan.strip_block, c_os, c_ss, gamma, progress, comm,
-                                           plan.pair_block, energies=pair_energies)
-            finally:
-                device.release()
-            timings["gradient_pairs"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            weights = [ch.weight for ch in chans]
-            gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, plan.metric_cols), "gradient")
-            b_store.close()       # B is done with: the fitting-basis pass has the budget without it
-            ri.to_fitting_coefficients(gamma, dfi.l_chol, plan.metric_cols)
-            unused = "; the energy's, kept for a B this gradient does not take, were freed unused" if rows_unused else ""
-            reused["ri_integrals"] = ("the energy's 3-index integrals (P|μν), kept" if dfi.rows is not None
-                                      else "computed (3-index integrals)" + unused)
-            lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, derivatives, device)
-            lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
-            de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
-            de_metric = ri.metric_gradient(dfi.auxmol, mol.natm, gam) if derivatives else None
-            timings["gradient_ri"] = time.perf_counter() - t0
-        del dfi, gam
-        t0 = time.perf_counter()
-        if arena is not None:   # the fitting-basis pass's pages past what the response carves go back now
-            arena.trim(cpks.arena_bytes(mf.with_df.auxmol.nao_nr(), chans, device.reduced_response_itemsize
-                                        if plan.response_reduced else 0) if plan.response_factors else 0)
-        products, reused["jkfit_tensor"], from_scf = _response_products(mf, chans, plan, reuse_scf_tensor, device)
-        fast = isinstance(products, ResponseJK)
-        # the Z-vector's inner solves on the blocks' reduced copy where the plan has room for it (refined by these
-        # fp64 products; the ROHF solve takes its products as they are)
-        resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian, reduced=plan.response_reduced) if orbs is mf \
-            else rohf.relax(products, orbs, chans, spins, dens.p_occ, dens.p_vir, lagrangian)
-        zvector = {**(resp.zvector or products.describe()), "iterations": resp.iterations, "residual": resp.residual,
-                   **({"fallback": resp.fallback} if resp.fallback else {}),
-                   **({} if orbs is mf else {"preconditioner": rohf.PRECONDITIONER})}
-        del products
-        # the J/K builds' tensor is not needed past the response, but for the JK-fit pass's first half where it
-        # is L⁻¹(Q|μν) whole and the response's MO blocks came from it: then the plan held it beside everything
-        # (pipeline.scf_tensor_held_mb). Its device blocks go now, its rows after that pass's first half
-        held = cholesky_scf_tensor(mf) if derivatives and from_scf else None
-        release_scf_tensor(mf, keep_rows=held is not None)
-        reused["jkfit_integrals"] = ("the SCF's tensor L⁻¹(Q|μν) (ρ and (Q|iμ) read from it)" if held is not None
-                                     else "computed (3-index integrals)") if derivatives else "not needed"
-        timings["gradient_response"] = time.perf_counter() - t0
-        terms: dict[str, np.ndarray] = {}
-        gradient = None
-        if derivatives:
-            t0 = time.perf_counter()
-            if arena is not None:     # the response's pages past what the JK-fit pass carves go back now
-                arena.trim(jk_terms.arena_bytes(mf.mol.nao_nr(), mf.with_df.auxmol.nao_nr(), plan.jk_aux_block,
-                                                plan.jk_columns, [len(ch.occ) for ch in chans], plan.jk_half_incore))
-            terms = _derivative_terms(mf, chans, resp.p_relaxed, resp.w, plan.jk_aux_block, comm, plan.jk_columns,
-                                      plan.jk_half_incore, held)
-            del held
-            timings["gradient_integrals"] = time.perf_counter() - t0
-            terms["mp2_ri_3c"] = de_3c
-            terms["mp2_ri_metric"] = de_metric
-            gradient = sum(terms.values())
+        ri_out = _pairs_and_fitting_basis(run, dfi, kept_b if reuse_b else None, kept_b is not None, rows_unused,
+                                          c_os, c_ss, pair_energies)
+        del dfi
+        resp, zvector, fast, held = _response(run, orbs, arena, ri_out, reuse_scf_tensor)
+        terms, gradient = _derivatives(run, arena, resp, held, ri_out) if derivatives else ({}, None)
+        del held
+    timings = run.timings
     timings["gradient"] = time.perf_counter() - t_start
+    dens = ri_out.dens
     dm_hf = np.asarray(mf.make_rdm1())
-    what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + (f", shared over {comm.size} ranks" if comm.size > 1 else ""), "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
-                "gradient_jk": ("occupied-factor products of the JK-fit tensor (GEMMs on "
-                                f"{zvector['device']}, {zvector['precision']}{_refined_text(zvector)})" if fast else
-                                f"J/K builds on {_jk_where(mf)}"), "zvector_iterations": resp.iterations,
+    shared = f", shared over {comm.size} ranks" if comm.size > 1 else ""
+    jk = (f"occupied-factor products of the JK-fit tensor (GEMMs on {zvector['device']}, {zvector['precision']}"
+          f"{_refined_text(zvector)})" if fast else f"J/K builds on {_jk_where(mf)}")
+    what_ran = {"gradient": "analytic DF-MP2 (relaxed)" + shared,
+                "gradient_pairs": f"{device.name} ({device.pair_densities_precision})",
+                "gradient_jk": jk, "zvector_iterations": resp.iterations,
                 "zvector": zvector, "gradient_gamma_ao": f"{device.name} ({device.response_precision})",
                 "zvector_residual": resp.residual, "derivative_integrals": "libcint through PySCF (host, fp64)",
                 "gradient_strips": dens.strips,
                 "gradient_out_of_core": not plan.stores_incore, "gradient_memory": plan.residency(fast),
-                "gradient_reused": reused}
-    return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf),
-                          _ao(chans, unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed, dm_hf), resp.iterations, timings, what_ran,
-                          dens.energies)
+                "gradient_reused": run.reused}
+    p_unrelaxed = unrelaxed(chans, dens.p_occ, dens.p_vir) if orbs is mf else resp.p_unrelaxed
+    return GradientResult(gradient, terms, dm_hf, _ao(chans, resp.p_relaxed, dm_hf), _ao(chans, p_unrelaxed, dm_hf),
+                          resp.iterations, timings, what_ran, dens.energies)
+
+
+def _pairs_and_fitting_basis(run: _GradientRun, dfi, kept_b: KeptB | None, b_was_kept: bool, rows_unused: bool,
+                             c_os: float, c_ss: float, pair_energies: bool) -> _RiStages:
+    """Stages 1-2: B (the energy's in ``kept_b``, else built), the pair sweep's densities and Γ̄, the metric
+    density, and the fitting-basis pass's Lagrangian and derivative terms. B and Γ̄ are in memory when both fit
+    the plan, else in HDF5 files beside each other (each strip then reads one spin's B, or pairs of its
+    occupied blocks, and writes its block's Γ̄ rows); the energy's B is moved to where this plan wants it."""
+    device, comm, chans, plan, timings, reused = run.device, run.comm, run.chans, run.plan, run.timings, run.reused
+    t0 = time.perf_counter()
+    if kept_b is not None:
+        was_incore = kept_b.store.incore
+        dfi, b_store = kept_b.take(plan.stores_incore)
+        reused["B"] = "the energy's" + ("" if was_incore == plan.stores_incore else
+                                        ", moved " + ("into memory" if plan.stores_incore else "to an HDF5 file"))
+    else:
+        b_store = BStore(dfi.naux, chans, device.storage_dtype, plan.stores_incore)
+        reused["B"] = "built" + (" (the energy's was not kept for these orbitals)" if b_was_kept else "")
+    with b_store, BStore(dfi.naux, chans, np.float64, plan.stores_incore, made_ahead=True) as gamma:
+        if kept_b is None:
+            build_b(dfi, chans, device, plan.b_blocks, b_store, run.progress)
+        # other ranks' Γ̄ columns stay zero here: Γ̄ starts as zeros (made ahead in memory; HDF5 datasets)
+        timings["gradient_b"] = time.perf_counter() - t0
+        # B on the device for the sweep when the energy left it there (the plan above counted it); nothing new
+        # is held here, beyond what the plan counted
+        reused["B_on_device"] = device.hold(b_store.arrays, add=False) if b_store.incore else \
+            "read from the HDF5 file strip by strip"
+        t0 = time.perf_counter()
+        try:
+            with scratch_writes("the gradient's Γ̄", plan.b_blocks.b_tensor_mb * 1e6):
+                dens = densities.sweep(b_store, chans, device, plan.strip_block, c_os, c_ss, gamma, run.progress, comm,
+                                       plan.pair_block, energies=pair_energies)
+        finally:
+            device.release()
+        timings["gradient_pairs"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        weights = [ch.weight for ch in chans]
+        gam = comm.allreduce(ri.metric_density(gamma, b_store, weights, dfi.l_chol, plan.metric_cols), "gradient")
+        b_store.close()       # B is done with: the fitting-basis pass has the budget without it
+        ri.to_fitting_coefficients(gamma, dfi.l_chol, plan.metric_cols)
+        unused = "; the energy's, kept for a B this gradient does not take, were freed unused" if rows_unused else ""
+        reused["ri_integrals"] = ("the energy's 3-index integrals (P|μν), kept" if dfi.rows is not None
+                                  else "computed (3-index integrals)" + unused)
+        lagrangian, de_3c = ri.ri_pass(dfi, chans, gamma, plan.ri_aux_block, run.derivatives, device)
+        lagrangian = [comm.allreduce(x, "gradient") for x in lagrangian]   # linear in Γ: each rank's columns
+        de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
+        de_metric = ri.metric_gradient(dfi.auxmol, run.mf.mol.natm, gam) if run.derivatives else None
+        timings["gradient_ri"] = time.perf_counter() - t0
+    return _RiStages(dens, lagrangian, de_3c, de_metric)
+
+
+def _response(run: _GradientRun, orbs, arena, ri_out: _RiStages, reuse_scf_tensor: bool):
+    """Stage 3: the orbital response (Z-vector, relaxed density, W). Returns (the response, what-ran's Z-vector
+    record, whether its products were the JK-fit tensor's MO blocks, and the SCF's tensor when it is held for
+    the JK-fit pass's first half, else None)."""
+    mf, device, chans, plan = run.mf, run.device, run.chans, run.plan
+    dens, lagrangian = ri_out.dens, ri_out.lagrangian
+    t0 = time.perf_counter()
+    if arena is not None:   # the fitting-basis pass's pages past what the response carves go back now
+        arena.trim(cpks.arena_bytes(mf.with_df.auxmol.nao_nr(), chans, device.reduced_response_itemsize
+                                    if plan.response_reduced else 0) if plan.response_factors else 0)
+    products, run.reused["jkfit_tensor"], from_scf = _response_products(mf, chans, plan, reuse_scf_tensor, device)
+    fast = isinstance(products, ResponseJK)
+    # the Z-vector's inner solves on the blocks' reduced copy where the plan has room for it (refined by these
+    # fp64 products; the ROHF solve takes its products as they are)
+    resp = relax(products, chans, dens.p_occ, dens.p_vir, lagrangian, reduced=plan.response_reduced) if orbs is mf \
+        else rohf.relax(products, orbs, chans, chans, dens.p_occ, dens.p_vir, lagrangian)
+    zvector = {**(resp.zvector or products.describe()), "iterations": resp.iterations, "residual": resp.residual,
+               **({"fallback": resp.fallback} if resp.fallback else {}),
+               **({} if orbs is mf else {"preconditioner": rohf.PRECONDITIONER})}
+    del products
+    # the J/K builds' tensor is not needed past the response, but for the JK-fit pass's first half where it
+    # is L⁻¹(Q|μν) whole and the response's MO blocks came from it: then the plan held it beside everything
+    # (pipeline.scf_tensor_held_mb). Its device blocks go now, its rows after that pass's first half
+    held = cholesky_scf_tensor(mf) if run.derivatives and from_scf else None
+    release_scf_tensor(mf, keep_rows=held is not None)
+    run.reused["jkfit_integrals"] = ("the SCF's tensor L⁻¹(Q|μν) (ρ and (Q|iμ) read from it)" if held is not None
+                                     else "computed (3-index integrals)") if run.derivatives else "not needed"
+    run.timings["gradient_response"] = time.perf_counter() - t0
+    return resp, zvector, fast, held
+
+
+def _derivatives(run: _GradientRun, arena, resp: Response, held, ri_out: _RiStages) -> tuple[dict, np.ndarray]:
+    """Stage 4: the JK-fit and one-electron derivative terms, and the gradient summed over every term."""
+    mf, plan = run.mf, run.plan
+    t0 = time.perf_counter()
+    if arena is not None:     # the response's pages past what the JK-fit pass carves go back now
+        arena.trim(jk_terms.arena_bytes(mf.mol.nao_nr(), mf.with_df.auxmol.nao_nr(), plan.jk_aux_block,
+                                        plan.jk_columns, [len(ch.occ) for ch in run.chans], plan.jk_half_incore))
+    terms = _derivative_terms(mf, run.chans, resp.p_relaxed, resp.w, plan.jk_aux_block, run.comm, plan.jk_columns,
+                              plan.jk_half_incore, held)
+    run.timings["gradient_integrals"] = time.perf_counter() - t0
+    terms["mp2_ri_3c"] = ri_out.de_3c
+    terms["mp2_ri_metric"] = ri_out.de_metric
+    return terms, sum(terms.values())
 
 
 def _refined_text(zvector: dict) -> str:
