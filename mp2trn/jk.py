@@ -398,7 +398,7 @@ class DeviceJK(df.DF):
         self.host = None  # a CPU device for builds in a precision the device has no J/K kernels for
         self.owns_device = owned
         self.tensor = JKTensor(self, max_memory, self.comm, device.jk_packed)
-        device.limit_jk_work(JK_WORK_SHARE * max_memory)
+        device.limit_jk_work(JK_WORK_SHARE * self.tensor.budget)
         self.log = CycleLog(schedule)
         #: called once when the builds begin (the tensor made): host work run while the device builds
         self.meanwhile = None

@@ -661,8 +661,9 @@ def _plan_gradient(sizes: GradientSizes, budget_mb: float, device_mb: float | No
     copies = naux_jk * sum(c.nvir ** 2 + c.nvir * c.nocc + c.nocc ** 2 for c in chans) \
         * sizes.reduced_response_itemsize
     response_reduced = response_factors and copies > 0 and factors + copies <= avail - small
+    # (else: J/K builds of the SCF's tensor, resident where it fits its share of the budget, and their buffers)
     stage["response"] = small + (factors + (copies if response_reduced else 0.0) if response_factors else
-                                 min(tensor, 0.5 * budget_mb * MB) + 0.1 * avail)
+                                 min(tensor, SCF_TENSOR_SHARE * budget_mb * MB) + JK_WORK_SHARE * budget_mb * MB)
 
     # 5. the JK-fit derivative pass: (P|iμ) per channel, in memory when it fits; its metric solve in column
     # blocks of occupied orbitals (the block read, V⁻¹ of it, Z times that); the integral and derivative
@@ -703,7 +704,8 @@ class ScfTensorPlan:
 #: share of the memory budget the resident SCF tensor (host rows and a host-memory copy) may use
 SCF_TENSOR_SHARE = 0.5
 #: share of the memory budget the J/K builds' work buffers may hold, all parts of a build together
-#: (:meth:`mp2trn.devices.Device.limit_jk_work`)
+#: (:meth:`mp2trn.devices.Device.limit_jk_work`): beside the SCF tensor's half of the budget in the SCF, and
+#: counted by the gradient's plan for a response of J/K builds (:func:`plan_gradient`)
 JK_WORK_SHARE = 0.1
 #: share of a device's own memory its copy of the SCF tensor may use (the rest: the MP2 stages' arrays)
 SCF_DEVICE_SHARE = 0.5

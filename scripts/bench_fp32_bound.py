@@ -111,7 +111,8 @@ def main() -> None:
           f"{r32['scf']['seconds'] - r32['scf']['jk_seconds']:.2f} |")
     print(f"| of F: MP2 integrals and AO→MO transform, s | {r64['timings']['ao_to_mo']:.2f} | "
           f"{r32['timings']['ao_to_mo']:.2f} |")
-    print(f"\n- measured: fp32 run {t64 / t32:.2f}× the fp64 run; its fp32 work {v64 / v32:.2f}× the same work in fp64")
+    print(f"\n- measured: fp32 run {t64 / t32:.2f}× the fp64 run; "
+          f"its fp32 work {v64 / v32:.2f}× the same work in fp64")
     print(f"- r = SGEMM/DGEMM = {rates['fp32_gflops']:.0f}/{rates['fp64_gflops']:.0f} GFLOP/s = {r:.2f}")
     print(f"- bound T64 / (F64 + V64/r) = {bound:.2f}×: the fp32 run with its fp32 work exactly r× faster "
           "and nothing else changed")

@@ -688,29 +688,33 @@ def test_streamed_fp32_builds_make_no_copy_of_their_blocks(references):
     assert np.abs(vj1 - vj0).max() < 1e-12 and np.abs(vk1 - vk0).max() < FP32_REL * np.abs(vk0).max()
 
 
+@pytest.mark.parametrize("name, budget, copy_kept", [("hydroxyl", 0.5, False), ("water", 2.0, True)])
 @pytest.mark.parametrize("precision, tol", [("fp64", 1e-12), ("fp32", FP32_REL)])
 @pytest.mark.parametrize("parts", [1, 2])
-def test_work_buffers_stay_within_the_stages_limit_with_the_same_j_and_k(references, precision, tol, parts,
-                                                                          monkeypatch):
+def test_work_buffers_stay_within_the_stages_limit_with_the_same_j_and_k(references, name, budget, copy_kept,
+                                                                          precision, tol, parts, monkeypatch):
     """The J/K stage holds the cpu device's work buffers (unpacked rows, their fp32 conversion, a group of Z
-    rows and its ZᵀZ, per part) to a tenth of its budget (memory.JK_WORK_SHARE): at 0.5 MB (50 kB of
-    buffers, a few water rows each) they stay within it and the builds give the J and K of unlimited
-    buffers, tagged and bare densities alike; the gradient's response, which builds with its own factors
-    after the SCF, then drops them (grad.dfmp2.release_scf_tensor)."""
+    rows and its ZᵀZ, per part) to a tenth of its budget (memory.JK_WORK_SHARE): at 0.5 MB (hydroxyl: no room
+    for the fp32 copy, rows converted at every build) and 2 MB (water: the fp32 copy kept, made a few rows at a
+    time in those buffers) they stay within it, and the builds give the J and K of unlimited buffers, tagged
+    and bare densities alike; the gradient's response, which builds with its own factors after the SCF, then
+    drops them (grad.dfmp2.release_scf_tensor)."""
     from mp2trn.grad.dfmp2 import release_scf_tensor
     from mp2trn.memory import JK_WORK_SHARE
 
     monkeypatch.setattr(mp2trn.devices.cpu, "blas_threads", lambda: parts)
-    ref = references["hydroxyl"]
+    ref = references[name]
     dm = ref.make_rdm1()
     for density in (dm, np.asarray(dm) + 0.01):   # the orbitals' factors; a bare density's (more columns)
         free = density_fit_jk(_fresh(ref), device=get_device("cpu", precision))
-        held = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=0.5)
-        (vj0, vk0), (vj1, vk1) = free.get_jk(ref.mol, density), held.get_jk(ref.mol, density)
-        bufs = held.with_df.device._jk_bufs
-        assert bufs and sum(b.nbytes for b in bufs.values()) <= JK_WORK_SHARE * 0.5e6
-        assert sum(b.nbytes for b in free.with_df.device._jk_bufs.values()) > JK_WORK_SHARE * 0.5e6
+        limited = density_fit_jk(_fresh(ref), device=get_device("cpu", precision), max_memory=budget)
+        (vj0, vk0), (vj1, vk1) = free.get_jk(ref.mol, density), limited.get_jk(ref.mol, density)
+        if precision == "fp32":
+            assert limited.with_df.tensor.copy_left_out is not copy_kept
+        bufs = limited.with_df.device._jk_bufs
+        assert bufs and sum(b.nbytes for b in bufs.values()) <= JK_WORK_SHARE * budget * 1e6
+        assert sum(b.nbytes for b in free.with_df.device._jk_bufs.values()) > JK_WORK_SHARE * budget * 1e6
         scale = 1.0 if precision == "fp64" else max(np.abs(vj0).max(), np.abs(vk0).max())
         assert np.abs(vj1 - vj0).max() <= tol * scale and np.abs(vk1 - vk0).max() <= tol * scale
-        release_scf_tensor(held)
-        assert held.with_df.tensor.full is None and not held.with_df.device._jk_bufs
+        release_scf_tensor(limited)
+        assert limited.with_df.tensor.full is None and not limited.with_df.device._jk_bufs

@@ -442,7 +442,7 @@ class CpuDevice(Device):
             t0 = self._clock()
             nao = nao_of_pairs(block.shape[1])
             copy = prefaulted_empty((block.shape[0], nao, nao), np.float32)   # fresh pages, mapped by every core
-            chunk = max(1, int(_UNPACK_CHUNK_BYTES // (nao * nao * 8)))
+            chunk = max(1, int(self._jk_work_caps()[0] // (nao * nao * 8)))   # rows unpacked at a time, per part
 
             def fill(k: int, p0: int, p1: int) -> None:   # a few rows at a time, unpacked in the builds' buffers
                 for r0 in range(p0, p1, chunk):
@@ -647,8 +647,8 @@ class CpuDevice(Device):
     def _jk_work_caps(self) -> tuple[float, float]:
         """(bytes of one part's unpacked rows, bytes of its group of Z rows): :data:`_UNPACK_CHUNK_BYTES` and
         :data:`_SYRK_GROUP_BYTES`, or less where :meth:`limit_jk_work` leaves each part less than their sum (a
-        quarter and a half of its share: the fp32 conversion's buffer and ZᵀZ take the rest). Never below one
-        row: the builds' floor, which :func:`mp2trn.memory.plan_scf_tensor` counts for a streamed block."""
+        quarter and a half of its share: the fp32 conversion's buffer and ZᵀZ take the rest). The builds never
+        take fewer than one row at a time, so a share below about 32·nao² bytes is exceeded by that one row."""
         if self._jk_work_bytes is None:
             return _UNPACK_CHUNK_BYTES, _SYRK_GROUP_BYTES
         share = self._jk_work_bytes / max(1, blas_threads() if self.split_over_cores else 1)

@@ -133,7 +133,7 @@ class _GradientRun:
 
 
 @dataclass
-class _RiStages:
+class _RiOutputs:
     """Out of the pair sweep and the fitting-basis pass: the densities, the Lagrangian and the RI basis's
     derivative terms (None without derivatives)."""
 
@@ -169,7 +169,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                                           c_os, c_ss, pair_energies)
         del dfi
         resp, zvector, fast, held = _response(run, orbs, arena, ri_out, reuse_scf_tensor)
-        terms, gradient = _derivatives(run, arena, resp, held, ri_out) if derivatives else ({}, None)
+        terms, gradient = _derivative_stage(run, arena, resp, held, ri_out) if derivatives else ({}, None)
         del held
     timings = run.timings
     timings["gradient"] = time.perf_counter() - t_start
@@ -192,7 +192,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
 
 
 def _pairs_and_fitting_basis(run: _GradientRun, dfi, kept_b: KeptB | None, b_was_kept: bool, rows_unused: bool,
-                             c_os: float, c_ss: float, pair_energies: bool) -> _RiStages:
+                             c_os: float, c_ss: float, pair_energies: bool) -> _RiOutputs:
     """Stages 1-2: B (the energy's in ``kept_b``, else built), the pair sweep's densities and Γ̄, the metric
     density, and the fitting-basis pass's Lagrangian and derivative terms. B and Γ̄ are in memory when both fit
     the plan, else in HDF5 files beside each other (each strip then reads one spin's B, or pairs of its
@@ -237,10 +237,10 @@ def _pairs_and_fitting_basis(run: _GradientRun, dfi, kept_b: KeptB | None, b_was
         de_3c = None if de_3c is None else comm.allreduce(de_3c, "gradient")
         de_metric = ri.metric_gradient(dfi.auxmol, run.mf.mol.natm, gam) if run.derivatives else None
         timings["gradient_ri"] = time.perf_counter() - t0
-    return _RiStages(dens, lagrangian, de_3c, de_metric)
+    return _RiOutputs(dens, lagrangian, de_3c, de_metric)
 
 
-def _response(run: _GradientRun, orbs, arena, ri_out: _RiStages, reuse_scf_tensor: bool):
+def _response(run: _GradientRun, orbs, arena, ri_out: _RiOutputs, reuse_scf_tensor: bool):
     """Stage 3: the orbital response (Z-vector, relaxed density, W). Returns (the response, what-ran's Z-vector
     record, whether its products were the JK-fit tensor's MO blocks, and the SCF's tensor when it is held for
     the JK-fit pass's first half, else None)."""
@@ -271,7 +271,7 @@ def _response(run: _GradientRun, orbs, arena, ri_out: _RiStages, reuse_scf_tenso
     return resp, zvector, fast, held
 
 
-def _derivatives(run: _GradientRun, arena, resp: Response, held, ri_out: _RiStages) -> tuple[dict, np.ndarray]:
+def _derivative_stage(run: _GradientRun, arena, resp: Response, held, ri_out: _RiOutputs) -> tuple[dict, np.ndarray]:
     """Stage 4: the JK-fit and one-electron derivative terms, and the gradient summed over every term."""
     mf, plan = run.mf, run.plan
     t0 = time.perf_counter()
