@@ -200,6 +200,9 @@ class JKTensor:
         self.second_halves: EarlyBlocks | None = None
         self.second_record: dict[str, Any] = {}
         self.pair_seconds = 0.0   # making the compensated blocks (their pairs) when the builds asked for them
+        #: making the resident device blocks from the host rows, every precision: the cpu device's fp32 copy (in
+        #: fresh memory, once per SCF), an accelerator's copies
+        self.blocks_seconds = 0.0
 
     def _plan(self, mode: Precision, device: Device, naux: int, per_row: int, packed: bool):
         """:func:`mp2trn.memory.plan_scf_tensor` for builds in ``mode`` on ``device``."""
@@ -278,6 +281,7 @@ class JKTensor:
                                       **({"previous": old} if old is not None else {}),
                                       **({"second": second} if second is not None else {}))
                      for p0, old, second in zip(starts, previous, halves)]
+        self.blocks_seconds += time.perf_counter() - t0
         if mode.compensated:
             self.pair_seconds += time.perf_counter() - t0
         self.kept_for, self.kept_step = (mode.name, device.name), step
@@ -369,7 +373,8 @@ class JKTensor:
         left_out = "; no room for the device's reduced-precision copy: converted at every build" \
             if self.copy_left_out else ""
         out = {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})",
-               "tensor_plan": self.why, "compensated_blocks_seconds": self.pair_seconds}
+               "tensor_plan": self.why, "device_blocks_seconds": self.blocks_seconds,
+               "compensated_blocks_seconds": self.pair_seconds}
         if "blocks" in self.second_record:
             out["second_halves_ahead"] = (f"{self.second_record['blocks']} of {self.second_record['of']} compensated "
                                           "blocks' second halves made on the host during the reduced builds")

@@ -107,6 +107,8 @@ def main() -> None:
     print(f"| F: the rest, s | {f64:.2f} | {f32:.2f} |")
     print(f"| of F: SCF tensor (integrals, solve), s | {r64['scf']['tensor_seconds']:.2f} | "
           f"{r32['scf']['tensor_seconds']:.2f} |")
+    print(f"| of F: the tensor's device blocks (the cpu device's fp32 copy), s | "
+          f"{r64['scf'].get('device_blocks_seconds', 0.0):.2f} | {r32['scf'].get('device_blocks_seconds', 0.0):.2f} |")
     print(f"| of F: SCF outside the J/K builds, s | {r64['scf']['seconds'] - r64['scf']['jk_seconds']:.2f} | "
           f"{r32['scf']['seconds'] - r32['scf']['jk_seconds']:.2f} |")
     print(f"| of F: MP2 integrals and AO→MO transform, s | {r64['timings']['ao_to_mo']:.2f} | "

@@ -596,7 +596,8 @@ def test_fp32_copy_gives_the_per_build_conversions_j_and_k(references, name, par
 
 
 def test_fp32_copy_is_made_once_per_scf(references):
-    """The fp32 copy is made at the first fp32 build and read by the next ones; a switch to fp64 drops it."""
+    """The fp32 copy is made at the first fp32 build (what-ran's ``device_blocks_seconds`` counts it) and read
+    by the next ones; a switch to fp64 drops it."""
     from mp2trn.devices.cpu import _Fp32Copy
 
     ref = references["water"]
@@ -605,8 +606,10 @@ def test_fp32_copy_is_made_once_per_scf(references):
     first = mf.get_jk(ref.mol, dm)
     blocks = mf.with_df.tensor.kept
     assert blocks and all(isinstance(b, _Fp32Copy) for b in blocks)
+    made = mf.with_df.jk_record()["device_blocks_seconds"]     # what-ran: the copy's seconds, once
     second = mf.get_jk(ref.mol, dm)
     assert mf.with_df.tensor.kept is blocks and all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert made > 0 and mf.with_df.jk_record()["device_blocks_seconds"] == made
     mf.with_df.log.schedule.current = mf.with_df.log.schedule.final
     vj, vk = mf.get_jk(ref.mol, dm)
     assert not any(isinstance(b, _Fp32Copy) for b in mf.with_df.tensor.kept)
