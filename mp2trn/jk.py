@@ -281,9 +281,10 @@ class JKTensor:
                                       **({"previous": old} if old is not None else {}),
                                       **({"second": second} if second is not None else {}))
                      for p0, old, second in zip(starts, previous, halves)]
-        self.blocks_seconds += time.perf_counter() - t0
+        made = time.perf_counter() - t0
+        self.blocks_seconds += made
         if mode.compensated:
-            self.pair_seconds += time.perf_counter() - t0
+            self.pair_seconds += made
         self.kept_for, self.kept_step = (mode.name, device.name), step
         if then is not None and then.compensated and not mode.compensated and overlaps(device) and \
                 _same_blocks(self._plan(then, device, naux, per_row, packed), plan):

@@ -719,5 +719,8 @@ def test_work_buffers_stay_within_the_stages_limit_with_the_same_j_and_k(referen
         assert sum(b.nbytes for b in free.with_df.device._jk_bufs.values()) > JK_WORK_SHARE * budget * 1e6
         scale = 1.0 if precision == "fp64" else max(np.abs(vj0).max(), np.abs(vk0).max())
         assert np.abs(vj1 - vj0).max() <= tol * scale and np.abs(vk1 - vk0).max() <= tol * scale
+        vj_pyscf, vk_pyscf = ref.get_jk(ref.mol, np.asarray(density))   # PySCF's DF J/K, the independent check
+        assert np.abs(vj1 - vj_pyscf).max() <= max(1e-10, tol * scale)
+        assert np.abs(vk1 - vk_pyscf).max() <= max(1e-10, tol * scale)
         release_scf_tensor(limited)
         assert limited.with_df.tensor.full is None and not limited.with_df.device._jk_bufs

@@ -165,8 +165,7 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
     # the large block-sized arrays of each stage carved in turn from one mapping (memory.carving): a stage
     # takes the pages the one before it faulted in; no more stays mapped than the largest stage plans
     with carving(max(plan.stage_mb.values()) * MB) as arena:
-        ri_out = _pairs_and_fitting_basis(run, dfi, kept_b if reuse_b else None, kept_b is not None, rows_unused,
-                                          c_os, c_ss, pair_energies)
+        ri_out = _pairs_and_fitting_basis(run, dfi, kept_b, reuse_b, rows_unused, c_os, c_ss, pair_energies)
         del dfi
         resp, zvector, fast, held = _response(run, orbs, arena, ri_out, reuse_scf_tensor)
         terms, gradient = _derivative_stage(run, arena, resp, held, ri_out) if derivatives else ({}, None)
@@ -191,24 +190,24 @@ def _kernel(mf, device, max_memory, auxbasis, frozen, c_os, c_ss, progress, deri
                           resp.iterations, timings, what_ran, dens.energies)
 
 
-def _pairs_and_fitting_basis(run: _GradientRun, dfi, kept_b: KeptB | None, b_was_kept: bool, rows_unused: bool,
+def _pairs_and_fitting_basis(run: _GradientRun, dfi, kept_b: KeptB | None, reuse_b: bool, rows_unused: bool,
                              c_os: float, c_ss: float, pair_energies: bool) -> _RiOutputs:
-    """Stages 1-2: B (the energy's in ``kept_b``, else built), the pair sweep's densities and Γ̄, the metric
-    density, and the fitting-basis pass's Lagrangian and derivative terms. B and Γ̄ are in memory when both fit
+    """Stages 1-2: B (the energy's in ``kept_b`` where ``reuse_b``, else built), the pair sweep's densities and
+    Γ̄, the metric density, and the fitting-basis pass's Lagrangian and derivative terms. B and Γ̄ are in memory when both fit
     the plan, else in HDF5 files beside each other (each strip then reads one spin's B, or pairs of its
     occupied blocks, and writes its block's Γ̄ rows); the energy's B is moved to where this plan wants it."""
     device, comm, chans, plan, timings, reused = run.device, run.comm, run.chans, run.plan, run.timings, run.reused
     t0 = time.perf_counter()
-    if kept_b is not None:
+    if reuse_b:
         was_incore = kept_b.store.incore
         dfi, b_store = kept_b.take(plan.stores_incore)
         reused["B"] = "the energy's" + ("" if was_incore == plan.stores_incore else
                                         ", moved " + ("into memory" if plan.stores_incore else "to an HDF5 file"))
     else:
         b_store = BStore(dfi.naux, chans, device.storage_dtype, plan.stores_incore)
-        reused["B"] = "built" + (" (the energy's was not kept for these orbitals)" if b_was_kept else "")
+        reused["B"] = "built" + (" (the energy's was not kept for these orbitals)" if kept_b is not None else "")
     with b_store, BStore(dfi.naux, chans, np.float64, plan.stores_incore, made_ahead=True) as gamma:
-        if kept_b is None:
+        if not reuse_b:
             build_b(dfi, chans, device, plan.b_blocks, b_store, run.progress)
         # other ranks' Γ̄ columns stay zero here: Γ̄ starts as zeros (made ahead in memory; HDF5 datasets)
         timings["gradient_b"] = time.perf_counter() - t0
