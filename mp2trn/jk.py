@@ -191,6 +191,7 @@ class JKTensor:
         self.how = "PySCF's tensor, streamed"   # how the rows were made (what-ran)
         self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
         self.copy_left_out = False   # the last blocks made without the device's optional copy (no room)
+        self.copy_left_out_for: list[str] = []   # every precision whose blocks were made so (what-ran)
         self.why = ""   # the memory plan's reason for resident or streamed (memory.plan_scf_tensor)
         #: ``full`` is L⁻¹(Q|μν) with L the Cholesky factor of the metric, all rows (mp2trn's own build, one
         #: rank): what the gradient's JK-fit pass can read instead of the integrals (mp2trn.grad.jk_terms)
@@ -252,6 +253,8 @@ class JKTensor:
         per_row = nao * (nao + 1) // 2 if packed else nao * nao
         plan = self._plan(mode, device, naux, per_row, packed)
         resident, self.copy_left_out, blksize, self.why = plan.resident, plan.copy_left_out, plan.block_rows, plan.why
+        if self.copy_left_out and mode.name not in self.copy_left_out_for:   # kept past a switch to fp64 builds
+            self.copy_left_out_for.append(mode.name)
         self.streamed = not resident
         self.layout = "packed" if packed else "unpacked"
         if not resident:   # the next block is read (and unpacked) by a thread while this one is used
@@ -371,8 +374,9 @@ class JKTensor:
     def record(self) -> dict[str, Any]:
         """Seconds spent making the tensor, and whether it was resident or streamed, in which layout, how made."""
         where = "streamed at every build" if self.streamed else "resident on the device"
-        left_out = "; no room for the device's reduced-precision copy: converted at every build" \
-            if self.copy_left_out else ""
+        modes = " and ".join(self.copy_left_out_for)
+        left_out = f"; no room for the device's reduced-precision copy: the {modes} builds converted at every build" \
+            if modes else ""
         out = {"tensor_seconds": self.seconds, "tensor": f"{where} ({self.layout}, {self.how}{left_out})",
                "tensor_plan": self.why, "device_blocks_seconds": self.blocks_seconds,
                "compensated_blocks_seconds": self.pair_seconds}

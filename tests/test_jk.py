@@ -620,7 +620,7 @@ def test_fp32_copy_is_made_once_per_scf(references):
 def test_the_plan_counts_the_fp32_copy(references):
     """The cpu device's fp32 copy (unpacked: 8 bytes per packed element) is counted beside the fp64 tensor (8): with
     room for both it is kept; with room for the tensor only, the tensor stays resident and fp32 builds
-    convert as they read (recorded); with room for neither, the tensor streams. J and K the same in all."""
+    convert as they read (recorded, and still after a mixed SCF's switch to fp64 builds); with room for neither, the tensor streams. J and K the same in all."""
     from mp2trn.devices.cpu import _Cast, _Fp32Copy
 
     ref = references["water"]
@@ -637,7 +637,13 @@ def test_the_plan_counts_the_fp32_copy(references):
     assert not both.streamed and all(isinstance(b, _Fp32Copy) for b in both.kept) and "no room" not in note
     (_, tensor_only, note) = runs["tensor only"]
     assert not tensor_only.streamed and all(isinstance(b, _Cast) for b in tensor_only.kept)
-    assert "no room for the device's reduced-precision copy: converted at every build" in note
+    assert "no room for the device's reduced-precision copy: the fp32 builds converted at every build" in note
+    mf = density_fit_jk(_fresh(ref), device=get_device("cpu", "fp32"), max_memory=2 * tensor_mb * 10 / 8)
+    mf.get_jk(ref.mol, dm)
+    mf.with_df.log.schedule.current = mf.with_df.log.schedule.final   # the mixed SCF's switch to fp64 builds
+    mf.get_jk(ref.mol, dm)
+    assert not mf.with_df.tensor.copy_left_out        # the fp64 builds need no copy; the record still says so
+    assert "the fp32 builds converted at every build" in mf.with_df.jk_record()["tensor"]
     assert runs["neither"][1].streamed
     (vj0, vk0) = runs["both"][0]
     for label in ("tensor only", "neither"):
