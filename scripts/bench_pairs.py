@@ -9,7 +9,8 @@ the elementwise reduction T·(T or Tᵀ)/D as the rest; each as counted GFLOP/s 
 and share of the GEMM rate measured in the same run. Beside the cpu device (its rows split over the cores,
 one BLAS thread each, so that each core reduces its own pairs between its own GEMMs), the same step in one
 part with NumPy's pool in each GEMM (the reduction, NumPy elementwise work, then runs on one core while the
-others wait), and a layout tried and found slower (every pair's tile contiguous). ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
+others wait), a layout tried and found slower (every pair's tile contiguous) and, in fp32, the reduction
+before its fp32 row sums (each pair's whole-tile sums accumulated in fp64). ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
 loaded machine disturbs far less than wall time. A benchmark: it asserts nothing about speed; it checks
 that both layouts give the same pair sums (1e-12 relative in fp64).
 
@@ -27,6 +28,7 @@ import time
 
 import numpy as np
 
+from mp2trn.devices import cpu as cpu_module
 from mp2trn.devices.base import PairDensities
 from mp2trn.devices.cpu import CpuDevice, _as_matrix
 from mp2trn.machine import machine_description
@@ -52,6 +54,35 @@ class GemmOnly(CpuDevice):
         for i in range(ni):
             self.contract_aux(x_i[:, i * nva : (i + 1) * nva], x_j)
         return np.zeros((ni, b_j.shape[1])), None
+
+
+def _whole_tile_fp64_sums(m, e_i, e_j, e_ab, os_row, x_row) -> None:
+    """The pair reduction before 2026-11-28: each pair's two sums over the whole tile in one einsum each,
+    accumulated in fp64 (for fp32 tiles einsum casts every element through a buffer)."""
+    dt = m.dtype.type
+    acc = None if dt is np.float64 else np.float64
+    w = np.empty(e_ab.shape, dtype=m.dtype)
+    for j in range(m.shape[1]):
+        t = m[:, j, :]
+        np.subtract(dt(e_i + e_j[j]), e_ab, out=w)
+        np.divide(t, w, out=w)
+        os_row[j] = np.einsum("ab,ab->", w, t, dtype=acc)
+        if x_row is not None:
+            x_row[j] = np.einsum("ab,ba->", w, t, dtype=acc)
+
+
+class WholeTileSumsCpu(CpuDevice):
+    """The cpu device with its pair reduction as before 2026-11-28 (:func:`_whole_tile_fp64_sums`; the same
+    in fp64, where only the fp32 sums changed): the device's own step, its module's reduction swapped in for
+    the call."""
+
+    def _pair_energies(self, *args):
+        kept = cpu_module._reduce_row
+        cpu_module._reduce_row = _whole_tile_fp64_sums
+        try:
+            return super()._pair_energies(*args)
+        finally:
+            cpu_module._reduce_row = kept
 
 
 class ContiguousTilesCpu(CpuDevice):
@@ -209,6 +240,8 @@ def main() -> None:
         pool.split_over_cores = False
         variants = {"cpu device": CpuDevice(precision), "one part, NumPy's pool in each GEMM": pool,
                     "its GEMMs alone": GemmOnly(precision), "tried: contiguous tiles": ContiguousTilesCpu(precision)}
+        if precision == "fp32":
+            variants["before: whole-tile sums in fp64"] = WholeTileSumsCpu(precision)
         best = dict.fromkeys(list(variants) + ["gemm"], float("inf"))
         results = {}
         for _ in range(args.repeat):   # round robin, the GEMM rate among them: a changing load meets all alike
@@ -222,10 +255,10 @@ def main() -> None:
             print(f"| {precision} | {label} | {best[label]:.3f} | {flops / best[label] / 1e9:.0f} | "
                   f"{flops / best[label] / 1e9 / rate:.0%} |")
         print(f"| {precision} | {GEMM_N}³ GEMM | | {rate:.0f} | 100% |")
-        new, old = results["tried: contiguous tiles"], results["cpu device"]
         tol = 1e-12 if precision == "fp64" else 1e-5
-        for a, c in zip(new, old):
-            assert np.abs(a - c).max() <= tol * np.abs(c).max(), "the two layouts disagree"
+        for label in ("tried: contiguous tiles", "before: whole-tile sums in fp64"):
+            for a, c in zip(results.get(label, ()), results["cpu device"]):
+                assert np.abs(a - c).max() <= tol * np.abs(c).max(), f"{label} disagrees with the cpu device"
 
 
 if __name__ == "__main__":

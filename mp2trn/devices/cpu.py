@@ -228,7 +228,8 @@ class CpuDevice(Device):
     # -- the gradient's pair step ----------------------------------------------------------------------
     has_pair_densities = True
 
-    #: each pair's sums in fp64 (fp32 tiles too, as :meth:`pair_energies` sums them)
+    #: each pair's sums accumulated in fp64 (fp32 tiles too; :meth:`pair_energies` sums an fp32 tile's rows in
+    #: fp32 first, within fp32 rounding of these)
     sweep_energies = True
 
     def pair_densities(self, b_all, b_k, e_all, e_k, ev_all, ev_k, c_direct, c_exch, vir_k, energies=False):
@@ -716,17 +717,31 @@ def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os
 
     One preallocated nva×nvb buffer holds W = T / D for each pair in turn, so every pair's work stays
     in cache (measured 2-3x faster than fresh temporaries or a row-vectorised 3-D form).
+
+    fp32 tiles: each row's nvb products are summed in fp32 and the nva row sums in fp64. A whole-tile
+    einsum accumulating in fp64 (``dtype=float64``, the form before) casts every element through a buffer,
+    which slowed the reduction (``scripts/bench_pairs.py`` times both); a row of nvb terms summed in fp32
+    adds ~1e-7 of that row's size, random in sign from row to row, far inside the fp32 mode's 1 µEh.
     """
     dt = m.dtype.type
-    acc = None if dt is np.float64 else np.float64
     w = np.empty(e_ab.shape, dtype=m.dtype)
+    if dt is np.float64:
+        for j in range(m.shape[1]):
+            t = m[:, j, :]
+            np.subtract(dt(e_i + e_j[j]), e_ab, out=w)
+            np.divide(t, w, out=w)
+            os_row[j] = np.einsum("ab,ab->", w, t)
+            if x_row is not None:
+                x_row[j] = np.einsum("ab,ba->", w, t)
+        return
+    rows = np.empty(e_ab.shape[0], dtype=m.dtype)
     for j in range(m.shape[1]):
         t = m[:, j, :]
         np.subtract(dt(e_i + e_j[j]), e_ab, out=w)
         np.divide(t, w, out=w)
-        os_row[j] = np.einsum("ab,ab->", w, t, dtype=acc)
+        os_row[j] = np.einsum("ab,ab->a", w, t, out=rows).sum(dtype=np.float64)
         if x_row is not None:
-            x_row[j] = np.einsum("ab,ba->", w, t, dtype=acc)
+            x_row[j] = np.einsum("ab,ba->a", w, t, out=rows).sum(dtype=np.float64)
 
 
 def _pair_sums(big_t: np.ndarray, tau: np.ndarray, tilde: np.ndarray, c_direct: float, c_exch: float,
