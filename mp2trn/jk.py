@@ -191,7 +191,9 @@ class JKTensor:
         self.how = "PySCF's tensor, streamed"   # how the rows were made (what-ran)
         self.seconds = 0.0   # building the tensor (integrals and Cholesky), in the first build
         self.copy_left_out = False   # the last blocks made without the device's optional copy (no room)
-        self.copy_left_out_for: list[str] = []   # every precision whose blocks were made so (what-ran)
+        #: every precision whose blocks were made so (what-ran), for this tensor's life: one SCF and the
+        #: gradient's response builds after it (each SCF makes its own DeviceJK)
+        self.copy_left_out_for: list[str] = []
         self.why = ""   # the memory plan's reason for resident or streamed (memory.plan_scf_tensor)
         #: ``full`` is L⁻¹(Q|μν) with L the Cholesky factor of the metric, all rows (mp2trn's own build, one
         #: rank): what the gradient's JK-fit pass can read instead of the integrals (mp2trn.grad.jk_terms)

@@ -74,7 +74,8 @@ def _whole_tile_fp64_sums(m, e_i, e_j, e_ab, os_row, x_row) -> None:
 class WholeTileSumsCpu(CpuDevice):
     """The cpu device with its pair reduction as before 2026-11-28 (:func:`_whole_tile_fp64_sums`; the same
     in fp64, where only the fp32 sums changed): the device's own step, its module's reduction swapped in for
-    the call."""
+    the call. The swap is seen by the step's worker threads (they look the function up at each row), so
+    no other variant may run at the same time."""
 
     def _pair_energies(self, *args):
         kept = cpu_module._reduce_row
