@@ -12,7 +12,8 @@ part with NumPy's pool in each GEMM (the reduction, NumPy elementwise work, then
 others wait), a layout tried and found slower (every pair's tile contiguous) and, in fp32, the reduction
 before its fp32 row sums (each pair's whole-tile sums accumulated in fp64). ``--threads 1`` holds every BLAS pool to one thread and times in this thread's CPU time, which a
 loaded machine disturbs far less than wall time. A benchmark: it asserts nothing about speed; it checks
-that both layouts give the same pair sums (1e-12 relative in fp64).
+that the tried layout and the reduction before give the device's pair sums (1e-12 relative in fp64, 1e-5 in
+fp32).
 
 ``--sweep`` times the gradient's pair step instead (:meth:`CpuDevice.pair_densities`, one strip: every i
 against ``--nk`` orbitals k; Inosine/cc-pVDZ's sizes with ``--nocc 70 --nvir 256 --naux 1232``) against the
