@@ -726,23 +726,20 @@ def _reduce_row(m: np.ndarray, e_i: float, e_j: np.ndarray, e_ab: np.ndarray, os
     """
     dt = m.dtype.type
     w = np.empty(e_ab.shape, dtype=m.dtype)
-    if dt is np.float64:
-        for j in range(m.shape[1]):
-            t = m[:, j, :]
-            np.subtract(dt(e_i + e_j[j]), e_ab, out=w)
-            np.divide(t, w, out=w)
-            os_row[j] = np.einsum("ab,ab->", w, t)
-            if x_row is not None:
-                x_row[j] = np.einsum("ab,ba->", w, t)
-        return
-    rows = np.empty(e_ab.shape[0], dtype=m.dtype)
+    rows = None if dt is np.float64 else np.empty(e_ab.shape[0], dtype=m.dtype)
+
+    def total(spec: str, t: np.ndarray) -> float:   # Σ over the tile of W times t (spec "ab,ab") or tᵀ ("ab,ba")
+        if rows is None:
+            return np.einsum(spec + "->", w, t)
+        return np.einsum(spec + "->a", w, t, out=rows).sum(dtype=np.float64)
+
     for j in range(m.shape[1]):
         t = m[:, j, :]
         np.subtract(dt(e_i + e_j[j]), e_ab, out=w)
         np.divide(t, w, out=w)
-        os_row[j] = np.einsum("ab,ab->a", w, t, out=rows).sum(dtype=np.float64)
+        os_row[j] = total("ab,ab", t)
         if x_row is not None:
-            x_row[j] = np.einsum("ab,ba->a", w, t, out=rows).sum(dtype=np.float64)
+            x_row[j] = total("ab,ba", t)
 
 
 def _pair_sums(big_t: np.ndarray, tau: np.ndarray, tilde: np.ndarray, c_direct: float, c_exch: float,
