@@ -245,8 +245,8 @@ def test_rows_one_at_a_time_stop_at_an_error(monkeypatch):
 def test_fp32_pair_sums_of_full_size_tiles_stay_near_fp64():
     """nva = 256, Inosine/cc-pVDZ's virtual space: the fp32 step sums each tile row's 256 products in fp32 and
     the row sums in fp64. Its os, x and same-spin os − x stay within 1e-6 of the fp64 textbook sums, relative to
-    the largest of each (measured 3-4e-8, from the fp32 GEMMs and row sums; row sums kept in fp16 instead fail
-    it)."""
+    the largest of each (the fp32 GEMMs' and row sums' rounding is far below that; row sums kept in fp16
+    instead fail it)."""
     rng = np.random.default_rng(5)
     naux, n, nv = 96, 4, 256
     b = _block(rng, naux, n, nv)
